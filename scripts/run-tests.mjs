@@ -1,0 +1,22 @@
+// Runs every compiled test file (dist/**/*.test.js) with node's test runner.
+// NARAD_TEST_FILTER=substring narrows the set, for working on one area.
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+
+function walk(dir, out) {
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) walk(p, out);
+    else if (name.endsWith(".test.js")) out.push(p);
+  }
+  return out;
+}
+const filter = process.env.NARAD_TEST_FILTER ?? "";
+const files = walk("dist", []).filter((f) => f.includes(filter)).sort();
+if (files.length === 0) {
+  console.error(`no test files match ${JSON.stringify(filter)}`);
+  process.exit(1);
+}
+const r = spawnSync(process.execPath, ["--test", "--test-concurrency=2", ...files], { stdio: "inherit" });
+process.exit(r.status ?? 1);

@@ -1,0 +1,662 @@
+// The broker of one node: topics, their partitions, produce, leases, acks and replay, over the
+// storage layer. Pure state and logic: it knows nothing of HTTP; operating errors are NaradErrors
+// from the one error table, and the HTTP layer maps them.
+//
+// Layout of the data directory:
+//   node.json                          identity (identity.ts)
+//   topics/NAME/topic.json             metadata, written atomically, last step of a create
+//   topics/NAME/partitions/P/          segments and ack log of partition P (src/storage)
+//   trash/                             topics being deleted (renamed here first, then removed)
+//
+// Limits and their answers: bytes waiting for fsync over `pendingSyncBytesMax` → 429 overloaded;
+// more than `waitersMax` waiting long polls → 429 too_many_waiters; a consume batch's payload
+// over `consumeBytesMax` → fewer messages in that answer.
+
+import { randomBytes, randomInt } from "node:crypto";
+import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { NaradError } from "../protocol/errors.js";
+import { DEFAULTS, LIMITS, TOPIC_NAME_RE, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import { openAckLog, openPartitionLog, writeFileAtomic } from "../storage/index.js";
+import type { Clock, StoredRecord } from "../storage/types.js";
+import { HandleCodec } from "./handles.js";
+import { BrokerMetrics } from "./metrics.js";
+import { Partition, type Taken } from "./partition.js";
+import { keyPartition } from "./partitioner.js";
+import type { TestBugs } from "./test-bugs.js";
+
+export interface BrokerOptions {
+  dataDir: string;
+  clock: Clock;
+  logger: Logger;
+  nodeId: string;
+  bootId: string;
+  bootSeq: number;
+  secret: Buffer;
+  segmentBytesMax: number;
+  segmentAgeMaxMs: number;
+  ackFlushIntervalMs: number;
+  ackSyncIntervalMs: number;
+  powerLoss: boolean;
+  pendingSyncBytesMax: number;
+  waitersMax: number;
+  consumeBytesMax: number;
+  housekeepingIntervalMs: number;
+  defaultPartitions: number;
+  defaultVisibilityTimeoutMs: number;
+  defaultRetentionMs: number;
+  bugs: TestBugs;
+}
+
+interface TopicMeta {
+  name: string;
+  incarnation: number;
+  partitions: number;
+  visibility_timeout_ms: number;
+  retention_ms: number;
+  owner: string | null;
+  children: ChildJson[];
+  created_at: number;
+}
+
+interface Waiter {
+  max: number;
+  resolve: (d: Delivery[]) => void;
+  timer: NodeJS.Timeout;
+  done: boolean;
+}
+
+class Topic {
+  partitions: Partition[] = [];
+  readonly waiters: Waiter[] = [];
+  produceRr = 0;
+  consumeRr = 0;
+  serving = false;
+  serveAgain = false;
+  deleted = false;
+  /** Serialises metadata changes (update, delete) of this topic. */
+  metaChain: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    public meta: TopicMeta,
+    readonly dir: string,
+  ) {}
+
+  hasAvailable(): boolean {
+    for (const p of this.partitions) if (p.hasAvailable()) return true;
+    return false;
+  }
+
+  toJson(): TopicJson {
+    const m = this.meta;
+    return {
+      name: m.name,
+      partitions: m.partitions,
+      visibility_timeout_ms: m.visibility_timeout_ms,
+      retention_ms: m.retention_ms,
+      owner: m.owner,
+      children: m.children,
+      created_at: m.created_at,
+    };
+  }
+}
+
+export interface Delivery {
+  partition: number;
+  offset: number;
+  deliveryCount: number;
+  receiptHandle: string;
+  record: StoredRecord;
+}
+
+export interface ProduceItem {
+  key: string | null;
+  payload: Buffer;
+}
+
+export type SettleAction = "ack" | "extend" | "nack";
+export type SettleStatus = 204 | 400 | 410;
+
+export interface ReplayResult {
+  records: StoredRecord[];
+  nextOffset: number;
+  earliestOffset: number;
+  endOffset: number;
+}
+
+export class Broker {
+  readonly metrics: BrokerMetrics;
+  private readonly topics = new Map<string, Topic>();
+  private readonly creating = new Set<string>();
+  private readonly codec: HandleCodec;
+  private readonly log: Logger;
+  private waiterCount = 0;
+  private pendingSyncBytes = 0;
+  private housekeeping: NodeJS.Timeout | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+  private closed = false;
+
+  private constructor(readonly opts: BrokerOptions) {
+    this.log = opts.logger.child({ module: "broker" });
+    this.codec = new HandleCodec(opts.secret, opts.bootSeq);
+    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges() });
+  }
+
+  static async open(opts: BrokerOptions): Promise<Broker> {
+    const b = new Broker(opts);
+    await mkdir(join(opts.dataDir, "topics"), { recursive: true });
+    await rm(join(opts.dataDir, "trash"), { recursive: true, force: true });
+    for (const name of await readdir(join(opts.dataDir, "topics"))) {
+      await b.loadTopic(name);
+    }
+    b.housekeeping = setInterval(() => void b.runHousekeeping(), opts.housekeepingIntervalMs);
+    b.housekeeping.unref();
+    b.sweeper = setInterval(() => b.sweepLeases(), 50);
+    b.sweeper.unref();
+    return b;
+  }
+
+  private async loadTopic(name: string): Promise<void> {
+    const dir = join(this.opts.dataDir, "topics", name);
+    if (!TOPIC_NAME_RE.test(name)) {
+      this.log.warn({ dir }, "ignoring a directory under topics/ whose name is not a topic name");
+      return;
+    }
+    let meta: TopicMeta;
+    try {
+      meta = parseMeta(JSON.parse(await readFile(join(dir, "topic.json"), "utf8")), name);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") {
+        // A create that crashed before its last step never answered 201: finish removing it.
+        this.log.warn({ dir }, "removing a topic directory without topic.json (an interrupted create)");
+        await rm(dir, { recursive: true, force: true });
+        return;
+      }
+      this.log.error({ dir, err: (e as Error).message }, "topic.json is corrupt; the topic is not served until it is repaired");
+      return;
+    }
+    const t = new Topic(meta, dir);
+    await this.openPartitions(t, meta.partitions);
+    this.topics.set(name, t);
+  }
+
+  private async openPartitions(t: Topic, count: number): Promise<void> {
+    const o = this.opts;
+    for (let i = t.partitions.length; i < count; i++) {
+      const pdir = join(t.dir, "partitions", String(i));
+      await mkdir(pdir, { recursive: true });
+      const logger = o.logger.child({ topic: t.meta.name, partition: i });
+      const log = await openPartitionLog(pdir, {
+        clock: o.clock,
+        logger,
+        segmentBytesMax: o.segmentBytesMax,
+        segmentAgeMaxMs: o.segmentAgeMaxMs,
+        powerLoss: o.powerLoss,
+      });
+      const r = log.recovery;
+      if (r.truncatedBytes > 0 || r.corruptRecords.length > 0 || r.rebuiltIndexes.length > 0) {
+        logger.warn({ recovery: r }, "partition recovered");
+      }
+      const acks = await openAckLog(pdir, {
+        clock: o.clock,
+        logger,
+        ackFlushIntervalMs: o.ackFlushIntervalMs,
+        ackSyncIntervalMs: o.ackSyncIntervalMs,
+        powerLoss: o.powerLoss,
+      });
+      t.partitions.push(new Partition(i, log, acks));
+    }
+  }
+
+  private topic(name: string): Topic {
+    const t = this.topics.get(name);
+    if (t === undefined || t.deleted) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(name)} does not exist; create it first.`);
+    return t;
+  }
+
+  // ---- topics ---------------------------------------------------------------------------------
+
+  listTopics(): TopicJson[] {
+    return [...this.topics.values()].filter((t) => !t.deleted).map((t) => t.toJson()).sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  getTopic(name: string): TopicJson {
+    return this.topic(name).toJson();
+  }
+
+  async createTopic(req: { name: string; partitions?: number; visibility_timeout_ms?: number; retention_ms?: number }, owner: string | null): Promise<TopicJson> {
+    this.assertOpen();
+    const name = req.name;
+    if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
+    this.creating.add(name);
+    try {
+      const meta: TopicMeta = {
+        name,
+        incarnation: randomInt(1, 0xffffffff),
+        partitions: req.partitions ?? this.opts.defaultPartitions,
+        visibility_timeout_ms: req.visibility_timeout_ms ?? this.opts.defaultVisibilityTimeoutMs,
+        retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
+        owner,
+        children: [],
+        created_at: this.opts.clock.nowMs(),
+      };
+      const dir = join(this.opts.dataDir, "topics", name);
+      await rm(dir, { recursive: true, force: true });
+      await mkdir(join(dir, "partitions"), { recursive: true });
+      const t = new Topic(meta, dir);
+      await this.openPartitions(t, meta.partitions);
+      await writeFileAtomic(join(dir, "topic.json"), JSON.stringify(meta, null, 2) + "\n");
+      this.topics.set(name, t);
+      this.log.info({ topic: name, partitions: meta.partitions }, "topic created");
+      return t.toJson();
+    } finally {
+      this.creating.delete(name);
+    }
+  }
+
+  async updateTopic(name: string, req: { partitions?: number; visibility_timeout_ms?: number; retention_ms?: number }): Promise<TopicJson> {
+    this.assertOpen();
+    const t = this.topic(name);
+    const run = t.metaChain.then(async () => {
+      if (t.deleted) throw new NaradError("topic_not_found");
+      if (req.partitions !== undefined && req.partitions < t.meta.partitions) {
+        throw new NaradError("partitions_decrease", `Topic ${name} has ${t.meta.partitions} partitions; partitions can only grow.`);
+      }
+      const next: TopicMeta = {
+        ...t.meta,
+        partitions: req.partitions ?? t.meta.partitions,
+        visibility_timeout_ms: req.visibility_timeout_ms ?? t.meta.visibility_timeout_ms,
+        retention_ms: req.retention_ms ?? t.meta.retention_ms,
+      };
+      // New partitions first, metadata last: a crash in between leaves empty partition
+      // directories that the next start ignores until the metadata names them.
+      await this.openPartitions(t, next.partitions);
+      await writeFileAtomic(join(t.dir, "topic.json"), JSON.stringify(next, null, 2) + "\n");
+      t.meta = next;
+      return t.toJson();
+    });
+    t.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  async deleteTopic(name: string): Promise<void> {
+    this.assertOpen();
+    const t = this.topic(name);
+    t.deleted = true;
+    const run = t.metaChain.then(async () => {
+      for (const w of t.waiters.splice(0)) this.finishWaiter(w, []);
+      for (const p of t.partitions) {
+        await p.log.close();
+        await p.acks.close();
+      }
+      const trash = join(this.opts.dataDir, "trash");
+      await mkdir(trash, { recursive: true });
+      const dest = join(trash, `${name}.${t.meta.incarnation}.${randomBytes(4).toString("hex")}`);
+      await rename(t.dir, dest);
+      this.topics.delete(name);
+      this.log.info({ topic: name }, "topic deleted");
+      void rm(dest, { recursive: true, force: true }).catch((e: Error) => this.log.warn({ err: e.message }, "could not remove deleted topic files"));
+    });
+    t.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  // ---- produce --------------------------------------------------------------------------------
+
+  /** Appends the items, resolves once they are all durable; results in request order. */
+  async produce(topicName: string, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    let bytes = 0;
+    for (const it of items) bytes += it.payload.length + (it.key?.length ?? 0) + 32;
+    const overloaded = this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0;
+    if (overloaded && !this.opts.bugs.has("store-on-429")) {
+      throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
+    }
+    const n = t.partitions.length;
+    const assigned = new Array<number>(items.length);
+    const groups = new Map<number, number[]>();
+    for (let i = 0; i < items.length; i++) {
+      const key = items[i]!.key;
+      const p = key === null ? t.produceRr++ % n : keyPartition(key, n);
+      assigned[i] = p;
+      const g = groups.get(p);
+      if (g) g.push(i);
+      else groups.set(p, [i]);
+    }
+    if (t.produceRr > 0x3fffffff) t.produceRr %= n;
+    const now = this.opts.clock.nowMs();
+    const started = this.opts.clock.monoMs();
+    const results = new Array<{ partition: number; offset: number }>(items.length);
+    const durables: Promise<void>[] = [];
+    for (const [p, idxs] of groups) {
+      const part = t.partitions[p]!;
+      const { baseOffset, durable } = part.log.append(
+        idxs.map((i) => ({ key: items[i]!.key === null ? null : Buffer.from(items[i]!.key!, "utf8"), payload: items[i]!.payload })),
+        now,
+      );
+      idxs.forEach((i, j) => (results[i] = { partition: p, offset: baseOffset + j }));
+      durables.push(durable);
+    }
+    this.pendingSyncBytes += bytes;
+    try {
+      if (this.opts.bugs.has("ack-before-fsync")) {
+        // Seeded bug: answer before the fsync that makes the records durable.
+        void Promise.all(durables).catch(() => undefined);
+      } else {
+        await Promise.all(durables);
+      }
+    } catch (e) {
+      this.log.error({ err: (e as Error).message, topic: topicName }, "append failed");
+      throw new NaradError("storage_failed");
+    } finally {
+      this.pendingSyncBytes -= bytes;
+    }
+    this.metrics.commitLatency.observe((this.opts.clock.monoMs() - started) / 1000);
+    if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // seeded bug path
+    this.metrics.produced.inc({ topic: topicName }, items.length);
+    this.wake(t);
+    return results;
+  }
+
+  // ---- consume --------------------------------------------------------------------------------
+
+  /**
+   * Leases up to `max` messages. With waitMs > 0 and nothing available, waits until a message
+   * becomes available (produce, nack, lapse) or the wait ends. `signal` aborts the wait when the
+   * client goes away.
+   */
+  async consume(topicName: string, max: number, waitMs: number, signal?: AbortSignal): Promise<Delivery[]> {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    if (t.waiters.length === 0) {
+      const d = await this.tryConsume(t, max);
+      if (d.length > 0 || waitMs <= 0) return d;
+    }
+    if (waitMs <= 0) return [];
+    if (this.waiterCount >= this.opts.waitersMax) throw new NaradError("too_many_waiters", undefined, { retryAfterS: 1 });
+    return new Promise<Delivery[]>((resolve) => {
+      const w: Waiter = {
+        max,
+        resolve,
+        done: false,
+        timer: setTimeout(() => {
+          const i = t.waiters.indexOf(w);
+          if (i >= 0) t.waiters.splice(i, 1);
+          this.finishWaiter(w, []);
+        }, waitMs),
+      };
+      t.waiters.push(w);
+      this.waiterCount++;
+      this.metrics.waiters.set(this.waiterCount);
+      signal?.addEventListener(
+        "abort",
+        () => {
+          const i = t.waiters.indexOf(w);
+          if (i >= 0) t.waiters.splice(i, 1);
+          this.finishWaiter(w, []);
+        },
+        { once: true },
+      );
+      this.wake(t);
+    });
+  }
+
+  private finishWaiter(w: Waiter, d: Delivery[]): void {
+    if (w.done) return;
+    w.done = true;
+    clearTimeout(w.timer);
+    this.waiterCount--;
+    this.metrics.waiters.set(this.waiterCount);
+    w.resolve(d);
+  }
+
+  /** Serves waiting long polls in arrival order while messages are available. */
+  private wake(t: Topic): void {
+    if (t.waiters.length === 0) return;
+    if (t.serving) {
+      t.serveAgain = true;
+      return;
+    }
+    t.serving = true;
+    void (async () => {
+      try {
+        do {
+          t.serveAgain = false;
+          while (t.waiters.length > 0 && !t.deleted && t.hasAvailable()) {
+            const w = t.waiters.shift()!;
+            if (w.done) continue;
+            const d = await this.tryConsume(t, w.max);
+            if (w.done) {
+              // The client left while its records were read: let the leases go at once.
+              this.releaseDeliveries(t, d);
+              continue;
+            }
+            if (d.length === 0) {
+              t.waiters.unshift(w);
+              break;
+            }
+            this.finishWaiter(w, d);
+          }
+        } while (t.serveAgain);
+      } catch (e) {
+        this.log.error({ err: (e as Error).message }, "serving long polls failed");
+      } finally {
+        t.serving = false;
+      }
+    })();
+  }
+
+  private releaseDeliveries(t: Topic, d: Delivery[]): void {
+    for (const x of d) {
+      const p = t.partitions[x.partition];
+      const f = this.codec.verify(t.meta.incarnation, [x.receiptHandle])[0];
+      if (p && f) p.release(x.offset, f.tag, false);
+    }
+    if (d.length > 0) this.wake(t);
+  }
+
+  private async tryConsume(t: Topic, max: number): Promise<Delivery[]> {
+    const now = this.opts.clock.monoMs();
+    const vt = this.opts.bugs.has("early-lapse") ? Math.max(1, Math.floor(t.meta.visibility_timeout_ms / 4)) : t.meta.visibility_timeout_ms;
+    const n = t.partitions.length;
+    const takenBy: { p: Partition; taken: Taken[] }[] = [];
+    let got = 0;
+    const start = t.consumeRr++ % n;
+    if (t.consumeRr > 0x3fffffff) t.consumeRr %= n;
+    for (let i = 0; i < n && got < max; i++) {
+      const p = t.partitions[(start + i) % n]!;
+      p.expire(now);
+      const taken = p.take(max - got, now, vt);
+      if (taken.length > 0) {
+        takenBy.push({ p, taken });
+        got += taken.length;
+      }
+    }
+    if (got === 0) return [];
+    const out: Delivery[] = [];
+    let budget = this.opts.consumeBytesMax;
+    for (const { p, taken } of takenBy) {
+      let records: Map<number, StoredRecord>;
+      try {
+        records = await p.readTaken(taken, budget);
+      } catch (e) {
+        this.log.error({ err: (e as Error).message, partition: p.index }, "read failed");
+        for (const x of taken) p.release(x.offset, x.tag, false);
+        continue;
+      }
+      const keep: Taken[] = [];
+      for (const x of taken) {
+        const r = records.get(x.offset);
+        if (r === undefined) {
+          p.release(x.offset, x.tag, x.offset >= p.log.earliestOffset);
+        } else if (out.length + keep.length > 0 && budget - r.payload.length < 0) {
+          p.release(x.offset, x.tag, false); // over this answer's byte budget: next time
+        } else {
+          budget -= r.payload.length;
+          keep.push(x);
+        }
+      }
+      const handles = this.codec.mint(
+        t.meta.incarnation,
+        keep.map((x) => ({ partition: p.index, offset: x.offset, tag: x.tag })),
+      );
+      keep.forEach((x, i) => {
+        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record: records.get(x.offset)! });
+      });
+    }
+    const redeliveries = out.filter((d) => d.deliveryCount > 1).length;
+    this.metrics.consumed.inc({ topic: t.meta.name }, out.length);
+    if (redeliveries > 0) this.metrics.redelivered.inc({ topic: t.meta.name }, redeliveries);
+    return out;
+  }
+
+  /** Settles receipt handles; one status per handle, in order. */
+  settle(topicName: string, handles: string[], action: SettleAction): SettleStatus[] {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    const fields = this.codec.verify(t.meta.incarnation, handles);
+    const now = this.opts.clock.monoMs();
+    const bugs = this.opts.bugs;
+    let woke = false;
+    const out = fields.map((f): SettleStatus => {
+      if (f === null || f.partition >= t.partitions.length) return 400;
+      if (f.bootSeq !== this.opts.bootSeq) return 410;
+      const p = t.partitions[f.partition]!;
+      const tag = bugs.has("accept-replaced-handle") ? p.currentTag(f.offset) ?? f.tag : f.tag;
+      let r: "ok" | "gone";
+      switch (action) {
+        case "ack":
+          if (bugs.has("redeliver-acked") && f.offset % 5 === 0 && p.leaseDeliveryCount(f.offset, tag) === 1) {
+            r = p.nack(f.offset, tag, now); // seeded bug: answers 204, yet the message comes back
+            woke ||= r === "ok";
+          } else {
+            r = bugs.has("acks-not-persisted") ? p.ackInMemoryOnly(f.offset, tag, now) : p.ack(f.offset, tag, now);
+          }
+          break;
+        case "extend":
+          r = p.extend(f.offset, tag, now, t.meta.visibility_timeout_ms);
+          break;
+        case "nack":
+          r = bugs.has("nack-drops") ? p.ack(f.offset, tag, now) : p.nack(f.offset, tag, now);
+          woke ||= r === "ok";
+          break;
+      }
+      return r === "ok" ? 204 : 410;
+    });
+    for (const s of out) this.metrics.settled.inc({ topic: topicName, action, result: s === 204 ? "ok" : s === 410 ? "gone" : "invalid" });
+    if (woke) this.wake(t);
+    return out;
+  }
+
+  // ---- replay ---------------------------------------------------------------------------------
+
+  async replay(topicName: string, partition: number, offset: number, limit: number): Promise<ReplayResult> {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    const p = t.partitions[partition];
+    if (p === undefined) throw new NaradError("partition_not_found", `Topic ${topicName} has partitions 0..${t.partitions.length - 1}.`);
+    const earliest = p.log.earliestOffset;
+    const end = p.log.syncedOffset;
+    const from = Math.max(offset, earliest);
+    let records = from < end ? await p.log.read(from, Math.min(limit, end - from), this.opts.consumeBytesMax) : [];
+    if (this.opts.bugs.has("replay-skip") && records.length > 2) records = records.filter((_, i) => i !== 1);
+    const nextOffset = records.length > 0 ? records[records.length - 1]!.offset + 1 : Math.min(from, Math.max(end, earliest));
+    return { records, nextOffset, earliestOffset: earliest, endOffset: end };
+  }
+
+  // ---- housekeeping and shutdown ----------------------------------------------------------------
+
+  private sweepLeases(): void {
+    const now = this.opts.clock.monoMs();
+    for (const t of this.topics.values()) {
+      let lapsed = 0;
+      for (const p of t.partitions) lapsed += p.expire(now);
+      if (lapsed > 0) this.wake(t);
+    }
+  }
+
+  private async runHousekeeping(): Promise<void> {
+    for (const t of [...this.topics.values()]) {
+      if (t.deleted) continue;
+      for (const p of t.partitions) {
+        try {
+          await p.log.maybeRoll();
+          const before = p.log.earliestOffset;
+          await p.log.enforceRetention(t.meta.retention_ms);
+          if (p.log.earliestOffset !== before) {
+            p.afterRetention();
+            this.log.info({ topic: t.meta.name, partition: p.index, earliest: p.log.earliestOffset }, "retention removed segments");
+          }
+        } catch (e) {
+          if (t.deleted) break;
+          this.log.error({ err: (e as Error).message, topic: t.meta.name, partition: p.index }, "housekeeping failed");
+        }
+      }
+    }
+  }
+
+  private topicGauges() {
+    return [...this.topics.values()]
+      .filter((t) => !t.deleted)
+      .map((t) => ({
+        topic: t.meta.name,
+        backlog: t.partitions.reduce((s, p) => s + p.backlog, 0),
+        inFlight: t.partitions.reduce((s, p) => s + p.inFlight, 0),
+        partitions: t.partitions.length,
+      }));
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new NaradError("shutting_down");
+  }
+
+  /** Answers long polls now (empty), so a graceful stop does not wait out their wait_ms. */
+  releaseWaiters(): void {
+    for (const t of this.topics.values()) for (const w of t.waiters.splice(0)) this.finishWaiter(w, []);
+  }
+
+  /** Flushes and fsyncs every log and ack log, then closes them. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.housekeeping);
+    clearInterval(this.sweeper);
+    this.releaseWaiters();
+    for (const t of this.topics.values()) {
+      for (const p of t.partitions) {
+        await p.log.close();
+        await p.acks.close();
+      }
+    }
+  }
+}
+
+function parseMeta(j: unknown, name: string): TopicMeta {
+  const m = j as Partial<TopicMeta>;
+  const ok =
+    typeof m === "object" &&
+    m !== null &&
+    m.name === name &&
+    Number.isSafeInteger(m.incarnation) &&
+    Number.isSafeInteger(m.partitions) &&
+    m.partitions! >= 1 &&
+    m.partitions! <= LIMITS.partitionsMax &&
+    Number.isSafeInteger(m.visibility_timeout_ms) &&
+    Number.isSafeInteger(m.retention_ms) &&
+    Array.isArray(m.children);
+  if (!ok) throw new Error("topic.json has missing or malformed fields");
+  return {
+    name,
+    incarnation: m.incarnation!,
+    partitions: m.partitions!,
+    visibility_timeout_ms: m.visibility_timeout_ms!,
+    retention_ms: m.retention_ms!,
+    owner: typeof m.owner === "string" ? m.owner : null,
+    children: m.children!,
+    created_at: Number.isSafeInteger(m.created_at) ? m.created_at! : 0,
+  };
+}
+
+export { DEFAULTS };

@@ -1,0 +1,63 @@
+// The node's identity in its data directory (node.json): its id, the secret that authenticates
+// receipt handles, and a boot sequence counted up at every start. The boot id (random, per
+// process) is what clients and the verification toolkit see change at a restart; the boot
+// sequence keys receipt handles so that a handle from an earlier boot still verifies and answers
+// 410 rather than 400.
+
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { writeFileAtomic } from "../storage/files.js";
+
+export interface NodeIdentity {
+  nodeId: string;
+  bootId: string;
+  bootSeq: number;
+  secret: Buffer;
+}
+
+interface NodeFile {
+  node_id: string;
+  secret_hex: string;
+  boot_seq: number;
+}
+
+export class IdentityError extends Error {}
+
+export async function loadIdentity(dataDir: string, nodeIdWanted: string | undefined): Promise<NodeIdentity> {
+  const path = join(dataDir, "node.json");
+  let file: NodeFile | undefined;
+  let text: string | undefined;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+  }
+  if (text !== undefined) {
+    try {
+      const j = JSON.parse(text) as Partial<NodeFile>;
+      if (typeof j.node_id !== "string" || typeof j.secret_hex !== "string" || !/^[0-9a-f]{64}$/.test(j.secret_hex) || !Number.isSafeInteger(j.boot_seq)) {
+        throw new Error("missing or malformed fields");
+      }
+      file = j as NodeFile;
+    } catch (e) {
+      throw new IdentityError(`${path} is corrupt (${(e as Error).message}); restore it from a backup or move the data directory aside`);
+    }
+  }
+  if (file !== undefined && nodeIdWanted !== undefined && nodeIdWanted !== file.node_id) {
+    throw new IdentityError(`data directory belongs to node ${file.node_id}, not ${nodeIdWanted}; use another --data-dir or drop --node-id`);
+  }
+  const next: NodeFile = {
+    node_id: file?.node_id ?? nodeIdWanted ?? `node-${randomBytes(3).toString("hex")}`,
+    secret_hex: file?.secret_hex ?? randomBytes(32).toString("hex"),
+    boot_seq: (file?.boot_seq ?? 0) + 1,
+  };
+  if (next.boot_seq > 0xffffffff) throw new IdentityError(`${path}: boot sequence exhausted`);
+  await writeFileAtomic(path, JSON.stringify(next, null, 2) + "\n");
+  return {
+    nodeId: next.node_id,
+    bootId: randomBytes(8).toString("hex"),
+    bootSeq: next.boot_seq,
+    secret: Buffer.from(next.secret_hex, "hex"),
+  };
+}

@@ -1,0 +1,65 @@
+// Prometheus metrics of one node. One registry per broker (no global default registry), so
+// tests and several brokers in one process never share counters.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+export interface TopicGaugeSource {
+  topicGauges(): { topic: string; backlog: number; inFlight: number; partitions: number }[];
+}
+
+export class BrokerMetrics {
+  readonly registry = new Registry();
+  readonly produced: Counter<"topic">;
+  readonly produceLatency: Histogram<"kind">;
+  readonly consumed: Counter<"topic">;
+  readonly redelivered: Counter<"topic">;
+  readonly settled: Counter<"topic" | "action" | "result">;
+  readonly refusals: Counter<"status" | "code">;
+  readonly commitLatency: Histogram;
+  readonly waiters: Gauge;
+  readonly requests: Counter<"route" | "status">;
+
+  constructor(source: TopicGaugeSource) {
+    const r = this.registry;
+    collectDefaultMetrics({ register: r, prefix: "narad_process_" });
+    this.produced = new Counter({ name: "narad_produced_messages_total", help: "Messages accepted with a 202", labelNames: ["topic"], registers: [r] });
+    this.produceLatency = new Histogram({
+      name: "narad_produce_seconds",
+      help: "Produce request latency, receipt of the body to the 202 (single or batch)",
+      labelNames: ["kind"],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+      registers: [r],
+    });
+    this.consumed = new Counter({ name: "narad_delivered_messages_total", help: "Deliveries (leases handed out), first and repeated", labelNames: ["topic"], registers: [r] });
+    this.redelivered = new Counter({ name: "narad_redelivered_messages_total", help: "Deliveries with a delivery count above 1", labelNames: ["topic"], registers: [r] });
+    this.settled = new Counter({
+      name: "narad_settle_total",
+      help: "Ack, extend and nack requests per receipt handle, by result (ok, gone, invalid)",
+      labelNames: ["topic", "action", "result"],
+      registers: [r],
+    });
+    this.refusals = new Counter({ name: "narad_refusals_total", help: "Error answers by HTTP status and error code", labelNames: ["status", "code"], registers: [r] });
+    this.commitLatency = new Histogram({
+      name: "narad_commit_seconds",
+      help: "Append to durable: the group commit (write + fdatasync) a produce waited for",
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
+      registers: [r],
+    });
+    this.waiters = new Gauge({ name: "narad_long_polls_waiting", help: "Consume requests waiting in a long poll", registers: [r] });
+    this.requests = new Counter({ name: "narad_http_requests_total", help: "HTTP requests by route and status", labelNames: ["route", "status"], registers: [r] });
+    const perTopic = (name: string, help: string, pick: (t: ReturnType<TopicGaugeSource["topicGauges"]>[number]) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["topic"],
+        registers: [r],
+        collect() {
+          this.reset();
+          for (const t of source.topicGauges()) this.set({ topic: t.topic }, pick(t));
+        },
+      });
+    perTopic("narad_topic_backlog_messages", "Unacked durable messages per topic", (t) => t.backlog);
+    perTopic("narad_topic_inflight_leases", "Live leases per topic", (t) => t.inFlight);
+    perTopic("narad_topic_partitions", "Partitions per topic", (t) => t.partitions);
+  }
+}

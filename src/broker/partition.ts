@@ -1,0 +1,305 @@
+// One partition's delivery state, over its log and ack log.
+//
+// Every message in the log below syncedOffset is in exactly one of these states:
+//   acked     in the AckLog (below its floor or in its set above)
+//   leased    in `leases`, with a deadline and the tag of the delivery that holds it
+//   returned  in `returned`: delivered before, available again (nack or lapse), FIFO
+//   fresh     at or above `cursor`, never delivered in this boot
+// Only leased and returned messages cost memory, so a backlog of a million never-delivered
+// messages costs nothing here. Leases live in memory only: after a restart every unacked message
+// is fresh again (docs/contract.md).
+//
+// Ordering invariants (docs/architecture.md): a message becomes visible only once fsynced
+// (syncedOffset); an ack is recorded in the AckLog before its lease is forgotten.
+
+import assert from "node:assert/strict";
+import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
+
+export interface Lease {
+  tag: number;
+  deadlineMs: number; // monotonic
+  deliveryCount: number;
+}
+
+export interface Taken {
+  offset: number;
+  tag: number;
+  deliveryCount: number;
+}
+
+/** Why a receipt handle does not match the live lease. */
+export type SettleResult = "ok" | "gone";
+
+/** A min-heap of lease deadlines; stale entries (extended or settled leases) are skipped. */
+class DeadlineHeap {
+  private readonly deadline: number[] = [];
+  private readonly offset: number[] = [];
+  private readonly tag: number[] = [];
+
+  get size(): number {
+    return this.deadline.length;
+  }
+
+  push(deadlineMs: number, offset: number, tag: number): void {
+    const d = this.deadline;
+    d.push(deadlineMs);
+    this.offset.push(offset);
+    this.tag.push(tag);
+    let i = d.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (d[parent]! <= d[i]!) break;
+      this.swap(i, parent);
+      i = parent;
+    }
+  }
+
+  peekDeadline(): number {
+    return this.deadline.length ? this.deadline[0]! : Infinity;
+  }
+
+  pop(): { deadlineMs: number; offset: number; tag: number } {
+    const top = { deadlineMs: this.deadline[0]!, offset: this.offset[0]!, tag: this.tag[0]! };
+    const last = this.deadline.length - 1;
+    this.swap(0, last);
+    this.deadline.pop();
+    this.offset.pop();
+    this.tag.pop();
+    const d = this.deadline;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < d.length && d[l]! < d[m]!) m = l;
+      if (r < d.length && d[r]! < d[m]!) m = r;
+      if (m === i) break;
+      this.swap(i, m);
+      i = m;
+    }
+    return top;
+  }
+
+  clear(): void {
+    this.deadline.length = 0;
+    this.offset.length = 0;
+    this.tag.length = 0;
+  }
+
+  private swap(a: number, b: number): void {
+    const d = this.deadline, o = this.offset, t = this.tag;
+    [d[a], d[b]] = [d[b]!, d[a]!];
+    [o[a], o[b]] = [o[b]!, o[a]!];
+    [t[a], t[b]] = [t[b]!, t[a]!];
+  }
+}
+
+export class Partition {
+  private cursor: number;
+  private readonly leases = new Map<number, Lease>();
+  private readonly returned = new Map<number, number>();
+  /** Records that failed their checksum: never served (reported in the log at read time). */
+  private readonly unreadable = new Set<number>();
+  /** Only for the seeded bug "acks-not-persisted": acks kept in memory, never written. */
+  private readonly memAcked = new Set<number>();
+  private readonly heap = new DeadlineHeap();
+  private tagSeq = 0;
+
+  /** Counters since boot, for metrics. */
+  readonly counts = { delivered: 0, redelivered: 0, acked: 0, nacked: 0, lapsed: 0, extended: 0 };
+
+  constructor(
+    readonly index: number,
+    readonly log: PartitionLog,
+    readonly acks: AckLog,
+  ) {
+    this.cursor = Math.max(acks.floor, log.earliestOffset);
+  }
+
+  get inFlight(): number {
+    return this.leases.size;
+  }
+
+  /** Unacked messages that are durable: available, leased or returned. */
+  get backlog(): number {
+    const floor = Math.max(this.acks.floor, this.log.earliestOffset);
+    return Math.max(0, this.log.syncedOffset - floor - this.acks.ackedAboveFloor);
+  }
+
+  /** Moves leases whose deadline passed back to `returned`. Returns how many lapsed. */
+  expire(nowMs: number): number {
+    let n = 0;
+    while (this.heap.peekDeadline() <= nowMs) {
+      const e = this.heap.pop();
+      const lease = this.leases.get(e.offset);
+      if (lease === undefined || lease.tag !== e.tag || lease.deadlineMs > nowMs) continue;
+      this.leases.delete(e.offset);
+      this.returned.set(e.offset, lease.deliveryCount);
+      this.counts.lapsed++;
+      n++;
+    }
+    // Extends leave stale entries behind; rebuild when they dominate, so the heap stays bounded.
+    if (this.heap.size > 2 * this.leases.size + 1024) this.rebuildHeap();
+    return n;
+  }
+
+  private rebuildHeap(): void {
+    this.heap.clear();
+    for (const [offset, l] of this.leases) this.heap.push(l.deadlineMs, offset, l.tag);
+  }
+
+  private skipSettledFresh(): void {
+    const synced = this.log.syncedOffset;
+    const earliest = this.log.earliestOffset;
+    if (this.cursor < earliest) this.cursor = earliest;
+    while (this.cursor < synced && this.settledOrUnreadable(this.cursor)) this.cursor++;
+  }
+
+  private settledOrUnreadable(offset: number): boolean {
+    return this.acks.isAcked(offset) || this.unreadable.has(offset) || (this.memAcked.size > 0 && this.memAcked.has(offset));
+  }
+
+  hasAvailable(): boolean {
+    if (this.returned.size > 0) return true;
+    this.skipSettledFresh();
+    return this.cursor < this.log.syncedOffset;
+  }
+
+  /**
+   * Leases up to `max` available messages now: returned ones first (oldest first), then fresh
+   * ones in offset order. The caller reads their records and then either keeps the leases or
+   * calls `release` for any it could not read.
+   */
+  take(max: number, nowMs: number, visibilityTimeoutMs: number): Taken[] {
+    const out: Taken[] = [];
+    const deadlineMs = nowMs + visibilityTimeoutMs;
+    const earliest = this.log.earliestOffset;
+    for (const [offset, count] of this.returned) {
+      if (out.length >= max) break;
+      this.returned.delete(offset);
+      if (offset < earliest || this.settledOrUnreadable(offset)) continue; // retention removed it meanwhile
+      out.push(this.lease(offset, count + 1, deadlineMs));
+      this.counts.redelivered++;
+    }
+    while (out.length < max) {
+      this.skipSettledFresh();
+      if (this.cursor >= this.log.syncedOffset) break;
+      const offset = this.cursor++;
+      out.push(this.lease(offset, 1, deadlineMs));
+    }
+    this.counts.delivered += out.length;
+    return out;
+  }
+
+  private lease(offset: number, deliveryCount: number, deadlineMs: number): Taken {
+    assert.ok(!this.leases.has(offset), `offset ${offset} leased twice`);
+    const tag = (this.tagSeq = (this.tagSeq + 1) >>> 0);
+    this.leases.set(offset, { tag, deadlineMs, deliveryCount });
+    this.heap.push(deadlineMs, offset, tag);
+    return { offset, tag, deliveryCount };
+  }
+
+  /** Undoes a lease the caller could not serve. Unreadable records are never offered again. */
+  release(offset: number, tag: number, unreadable: boolean): void {
+    const lease = this.leases.get(offset);
+    if (lease === undefined || lease.tag !== tag) return;
+    this.leases.delete(offset);
+    if (unreadable) this.unreadable.add(offset);
+    else if (lease.deliveryCount > 1) this.returned.set(offset, lease.deliveryCount - 1);
+    else {
+      // A first delivery that never reached the client: offer it again as if new.
+      this.returned.set(offset, 0);
+    }
+  }
+
+  private live(offset: number, tag: number, nowMs: number): Lease | undefined {
+    const lease = this.leases.get(offset);
+    if (lease === undefined || lease.tag !== tag) return undefined;
+    if (lease.deadlineMs <= nowMs) {
+      // Lapsed but not swept yet: settle it as lapsed now so the answer is consistent.
+      this.leases.delete(offset);
+      this.returned.set(offset, lease.deliveryCount);
+      this.counts.lapsed++;
+      return undefined;
+    }
+    return lease;
+  }
+
+  /** Ack: the ack is recorded in the ack log before the lease is forgotten. */
+  ack(offset: number, tag: number, nowMs: number): SettleResult {
+    if (this.live(offset, tag, nowMs) === undefined) return "gone";
+    this.acks.ack(offset);
+    this.leases.delete(offset);
+    this.counts.acked++;
+    return "ok";
+  }
+
+  /** Seeded bug "acks-not-persisted": settles in memory only, so a restart brings it back. */
+  ackInMemoryOnly(offset: number, tag: number, nowMs: number): SettleResult {
+    if (this.live(offset, tag, nowMs) === undefined) return "gone";
+    this.memAcked.add(offset);
+    this.leases.delete(offset);
+    this.counts.acked++;
+    return "ok";
+  }
+
+  /** Seeded bug "accept-replaced-handle": the tag of the live lease, whatever handle was shown. */
+  currentTag(offset: number): number | undefined {
+    return this.leases.get(offset)?.tag;
+  }
+
+  /** The delivery count of the live lease with this tag, if any. */
+  leaseDeliveryCount(offset: number, tag: number): number | undefined {
+    const l = this.leases.get(offset);
+    return l !== undefined && l.tag === tag ? l.deliveryCount : undefined;
+  }
+
+  extend(offset: number, tag: number, nowMs: number, visibilityTimeoutMs: number): SettleResult {
+    const lease = this.live(offset, tag, nowMs);
+    if (lease === undefined) return "gone";
+    lease.deadlineMs = nowMs + visibilityTimeoutMs;
+    this.heap.push(lease.deadlineMs, offset, tag);
+    this.counts.extended++;
+    return "ok";
+  }
+
+  nack(offset: number, tag: number, nowMs: number): SettleResult {
+    const lease = this.live(offset, tag, nowMs);
+    if (lease === undefined) return "gone";
+    this.leases.delete(offset);
+    this.returned.set(offset, lease.deliveryCount);
+    this.counts.nacked++;
+    return "ok";
+  }
+
+  /** After retention: forget state below the new earliest offset. */
+  afterRetention(): void {
+    const earliest = this.log.earliestOffset;
+    this.acks.raiseFloor(earliest);
+    for (const offset of this.leases.keys()) if (offset < earliest) this.leases.delete(offset);
+    for (const offset of this.returned.keys()) if (offset < earliest) this.returned.delete(offset);
+    for (const offset of this.unreadable) if (offset < earliest) this.unreadable.delete(offset);
+    if (this.cursor < earliest) this.cursor = earliest;
+  }
+
+  /** Reads the records of taken leases; consecutive offsets share one read. */
+  async readTaken(taken: readonly Taken[], maxBytes: number): Promise<Map<number, StoredRecord>> {
+    const out = new Map<number, StoredRecord>();
+    const offsets = taken.map((t) => t.offset).sort((a, b) => a - b);
+    let i = 0;
+    while (i < offsets.length) {
+      let j = i + 1;
+      while (j < offsets.length && offsets[j] === offsets[j - 1]! + 1) j++;
+      const last = offsets[j - 1]!;
+      let from = offsets[i]!;
+      while (from <= last) {
+        const recs = await this.log.read(from, last - from + 1, maxBytes);
+        if (recs.length === 0) break;
+        for (const r of recs) if (r.offset >= from && r.offset <= last) out.set(r.offset, r);
+        from = recs[recs.length - 1]!.offset + 1;
+      }
+      i = j;
+    }
+    return out;
+  }
+}

@@ -1,0 +1,17 @@
+// Key → partition: FNV-1a (32-bit) over the key's UTF-8 bytes, modulo the partition count.
+// Stable across nodes, restarts and versions (docs/api.md states it), so a key keeps its
+// partition while the count stays the same; adding partitions moves keys.
+
+export function fnv1a32(s: string): number {
+  const bytes = Buffer.from(s, "utf8");
+  let h = 0x811c9dc5;
+  for (let i = 0; i < bytes.length; i++) {
+    h ^= bytes[i]!;
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+export function keyPartition(key: string, partitions: number): number {
+  return fnv1a32(key) % partitions;
+}

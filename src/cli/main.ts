@@ -1,0 +1,75 @@
+// The `narad` command. The only place (with the client commands) that prints for people.
+
+import { Command, Option } from "commander";
+import { ConfigError, resolveConfig, SETTINGS } from "./config.js";
+import { registerClientCommands } from "./client-commands.js";
+import { registerVerifyCommands } from "./verify-commands.js";
+
+const program = new Command();
+program
+  .name("narad")
+  .description("Narad: a durable message broker with an explicit delivery contract")
+  .version("0.1.0")
+  .showHelpAfterError();
+
+const server = program.command("server").description("run a broker node");
+const start = server
+  .command("start")
+  .description("start a node (security on unless --dev)")
+  .option("--config <file>", "JSON config file (NARAD_CONFIG)");
+for (const s of SETTINGS) {
+  if (s.flag === undefined) continue;
+  const o = s.kind === "bool" ? new Option(s.flag, s.help) : new Option(`${s.flag} <value>`, s.help);
+  start.addOption(o);
+}
+start.action(async (opts: Record<string, unknown>) => {
+  const flags: Record<string, unknown> = {};
+  for (const s of SETTINGS) {
+    if (s.flag === undefined) continue;
+    const attr = s.flag.replace(/^--/, "").replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+    if (opts[attr] !== undefined) flags[s.key] = opts[attr];
+  }
+  let cfg;
+  try {
+    cfg = resolveConfig(flags, process.env, (opts.config as string | undefined) ?? process.env.NARAD_CONFIG);
+  } catch (e) {
+    if (e instanceof ConfigError) fail(e.message);
+    throw e;
+  }
+  const { startServer, StartupError } = await import("../server.js");
+  let running;
+  try {
+    running = await startServer(cfg);
+  } catch (e) {
+    if (e instanceof StartupError) fail(e.message);
+    throw e;
+  }
+  process.stdout.write(`narad listening on ${running.url} (node ${running.nodeId}, data ${running.dataDir})\n`);
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (++signals > 1) {
+      running.logger.warn({ signal: sig }, "second signal: exiting without a graceful stop");
+      process.exit(1);
+    }
+    running.logger.info({ signal: sig }, "graceful stop requested");
+    running.stop().then(
+      () => process.exit(0),
+      (e: Error) => {
+        process.stderr.write(`narad: graceful stop failed: ${e.message}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+});
+
+registerClientCommands(program);
+registerVerifyCommands(program);
+
+function fail(message: string): never {
+  process.stderr.write(`narad: ${message}\n`);
+  process.exit(1);
+}
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,406 @@
+// HTTP API version 1: routes, validation, and the mapping of errors to statuses. The only module
+// that knows HTTP. Every answer carries Narad-Node and Narad-Boot; every error is the JSON body
+// of the error table (src/protocol/errors.ts).
+//
+// Limits and their answers: single-message bodies over 1 MiB → 413 (reading stops at the
+// limit); batch bodies over LIMITS.batchBodyBytesMax → 413; headers must arrive within
+// headersTimeoutMs and a whole request within requestTimeoutMs (Node closes the socket with
+// 408); a stopping node answers 503 shutting_down and closes the connection.
+
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import FindMyWay from "find-my-way";
+import type { Logger } from "pino";
+import type { Broker, Delivery, SettleAction } from "../broker/broker.js";
+import { NaradError } from "../protocol/errors.js";
+import {
+  BATCH_BINARY_TYPE,
+  decodeBinaryBatch,
+  HEADERS,
+  LIMITS,
+  TOPIC_NAME_RE,
+  type ConsumedMessageJson,
+} from "../protocol/wire.js";
+import { readBody, readJson, BodyTooLarge } from "./body.js";
+
+export interface HttpOptions {
+  broker: Broker;
+  logger: Logger;
+  nodeId: string;
+  bootId: string;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  keepAliveTimeoutMs: number;
+}
+
+type Params = Record<string, string | undefined>;
+type Handler = (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams) => Promise<void> | void;
+
+export interface NaradHttpServer {
+  server: Server;
+  /** Stop taking requests; resolve when in-flight ones finished (or after graceMs). */
+  drain(graceMs: number): Promise<void>;
+  setReady(ready: boolean): void;
+}
+
+export function createHttpServer(opts: HttpOptions): NaradHttpServer {
+  const { broker, nodeId, bootId } = opts;
+  const log = opts.logger.child({ module: "http" });
+  const router = FindMyWay({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: 400 });
+  const routes = new Map<string, Set<string>>();
+  let inFlight = 0;
+  let stopping = false;
+  let ready = false;
+  let drained: (() => void) | undefined;
+
+  const on = (method: "GET" | "POST" | "PATCH" | "DELETE", path: string, h: Handler) => {
+    router.on(method, path, (req, res, params) => {
+      const q = req.url!.indexOf("?");
+      return h(req, res, params as Params, new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : ""));
+    });
+    const m = routes.get(path) ?? new Set<string>();
+    m.add(method);
+    routes.set(path, m);
+  };
+
+  // ---- probes and metrics ---------------------------------------------------------------------
+  on("GET", "/healthz", (_req, res) => sendJson(res, 200, { status: "ok", node: nodeId, boot: bootId }));
+  on("GET", "/readyz", (_req, res) =>
+    ready && !stopping ? sendJson(res, 200, { status: "ready" }) : sendError(res, new NaradError("shutting_down", "The node is not serving its partitions yet (or is stopping).")),
+  );
+  on("GET", "/metrics", async (_req, res) => {
+    const text = await broker.metrics.registry.metrics();
+    res.writeHead(200, { "content-type": broker.metrics.registry.contentType });
+    res.end(text);
+  });
+
+  // ---- topics ---------------------------------------------------------------------------------
+  on("POST", "/v1/topics", async (req, res) => {
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    const name = body.name;
+    if (typeof name !== "string" || !TOPIC_NAME_RE.test(name)) {
+      throw new NaradError("invalid_topic_name", `Topic name ${JSON.stringify(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
+    }
+    onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms"]);
+    const topic = await broker.createTopic(
+      {
+        name,
+        partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
+        visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
+        retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
+      },
+      null,
+    );
+    sendJson(res, 201, topic);
+  });
+  on("GET", "/v1/topics", (_req, res) => sendJson(res, 200, { topics: broker.listTopics() }));
+  on("GET", "/v1/topics/:topic", (_req, res, p) => sendJson(res, 200, broker.getTopic(topicParam(p))));
+  on("PATCH", "/v1/topics/:topic", async (req, res, p) => {
+    const name = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms"]);
+    const topic = await broker.updateTopic(name, {
+      partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
+      visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
+      retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
+    });
+    sendJson(res, 200, topic);
+  });
+  on("DELETE", "/v1/topics/:topic", async (_req, res, p) => {
+    await broker.deleteTopic(topicParam(p));
+    sendEmpty(res, 204);
+  });
+
+  // ---- produce --------------------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/messages", async (req, res, p, q) => {
+    const topic = topicParam(p);
+    broker.getTopic(topic); // 404 before reading a body for a topic that does not exist
+    const key = q.get("key");
+    checkKey(key);
+    const payload = await readBody(req, LIMITS.messageBytesMax);
+    const [r] = await broker.produce(topic, [{ key, payload }]);
+    sendJson(res, 202, r);
+  });
+  on("POST", "/v1/topics/:topic/messages/batch", async (req, res, p) => {
+    const topic = topicParam(p);
+    broker.getTopic(topic);
+    const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+    let items: { key: string | null; payload: Buffer }[];
+    if (type === BATCH_BINARY_TYPE) {
+      const body = await readBody(req, LIMITS.batchBodyBytesMax, "batch_too_large");
+      const decoded = decodeBinaryBatch(body);
+      if (typeof decoded === "string") throw new NaradError("bad_request", `The binary batch is malformed: ${decoded}.`);
+      items = decoded;
+    } else if (type === "" || type === "application/json") {
+      const body = asObject(await readJson(req, LIMITS.batchBodyBytesMax));
+      const msgs = body.messages;
+      if (!Array.isArray(msgs)) throw new NaradError("invalid_argument", "The body must be {\"messages\": [{\"key\"?, \"payload_base64\"}]}.");
+      items = msgs.map((m: unknown, i) => {
+        if (typeof m !== "object" || m === null) throw new NaradError("invalid_argument", `messages[${i}] is not an object.`);
+        const o = m as Record<string, unknown>;
+        if (typeof o.payload_base64 !== "string" || !isBase64(o.payload_base64)) {
+          throw new NaradError("invalid_argument", `messages[${i}].payload_base64 must be a base64 string.`);
+        }
+        if (o.key !== undefined && o.key !== null && typeof o.key !== "string") throw new NaradError("invalid_argument", `messages[${i}].key must be a string.`);
+        const key = (o.key as string | null | undefined) ?? null;
+        checkKey(key, `messages[${i}].key`);
+        return { key, payload: Buffer.from(o.payload_base64, "base64") };
+      });
+    } else {
+      throw new NaradError("unsupported_media_type", `Send the batch as application/json or ${BATCH_BINARY_TYPE}, not ${type}.`);
+    }
+    if (items.length === 0) throw new NaradError("invalid_argument", "The batch has no messages.");
+    if (items.length > LIMITS.batchMessagesMax) throw new NaradError("batch_too_large", `A batch holds at most ${LIMITS.batchMessagesMax} messages.`);
+    items.forEach((it, i) => {
+      if (it.payload.length > LIMITS.messageBytesMax) {
+        throw new NaradError("payload_too_large", `messages[${i}] is ${it.payload.length} bytes, over the 1 MiB (${LIMITS.messageBytesMax} bytes) limit; the whole batch was refused.`);
+      }
+      checkKey(it.key, `messages[${i}].key`);
+    });
+    const results = await broker.produce(topic, items);
+    sendJson(res, 202, { results });
+  });
+
+  // ---- consume ----------------------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/consume", async (req, res, p, q) => {
+    const topic = topicParam(p);
+    const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
+    const [d] = await broker.consume(topic, 1, waitMs, abortOnClose(req, res));
+    if (d === undefined) return sendEmpty(res, 204);
+    const r = d.record;
+    const headers: Record<string, string> = {
+      "content-type": "application/octet-stream",
+      "content-length": String(r.payload.length),
+      [HEADERS.receiptHandle]: d.receiptHandle,
+      [HEADERS.partition]: String(d.partition),
+      [HEADERS.offset]: String(d.offset),
+      [HEADERS.deliveryCount]: String(d.deliveryCount),
+      [HEADERS.producedAt]: String(r.producedAtMs),
+      [HEADERS.owner]: nodeId,
+      [HEADERS.ownerBoot]: bootId,
+    };
+    if (r.key !== null) headers[HEADERS.key] = encodeURIComponent(r.key.toString("utf8"));
+    res.writeHead(200, headers);
+    res.end(r.payload);
+  });
+  on("POST", "/v1/topics/:topic/consume/batch", async (req, res, p, q) => {
+    const topic = topicParam(p);
+    const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
+    const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
+    const ds = await broker.consume(topic, max, waitMs, abortOnClose(req, res));
+    sendJson(res, 200, { messages: ds.map(toJsonMessage), owner: nodeId, owner_boot: bootId });
+  });
+
+  // ---- ack, extend, nack -----------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/ack", (_req, res, p, q) => {
+    const topic = topicParam(p);
+    const handle = q.get("receipt_handle");
+    if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
+    const action = settleAction(q.get("extend"));
+    const [status] = broker.settle(topic, [handle], action);
+    if (status === 204) return sendEmpty(res, 204);
+    throw new NaradError(status === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
+  });
+  on("POST", "/v1/topics/:topic/ack/batch", async (req, res, p) => {
+    const topic = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    const handles = body.receipt_handles;
+    if (!Array.isArray(handles) || handles.some((h) => typeof h !== "string")) {
+      throw new NaradError("invalid_argument", "The body must be {\"receipt_handles\": [\"...\"], \"extend\"?: true | 0}.");
+    }
+    if (handles.length > LIMITS.ackBatchMax) throw new NaradError("batch_too_large", `An ack batch holds at most ${LIMITS.ackBatchMax} handles.`);
+    const ext = body.extend;
+    const action: SettleAction =
+      ext === undefined || ext === false || ext === null ? "ack" : ext === true || ext === "true" ? "extend" : ext === 0 || ext === "0" ? "nack" : badExtend();
+    const statuses = broker.settle(topic, handles as string[], action);
+    sendJson(res, 200, { results: statuses.map((status, i) => ({ receipt_handle: handles[i] as string, status })) });
+  });
+
+  // ---- replay -----------------------------------------------------------------------------------
+  on("GET", "/v1/topics/:topic/partitions/:partition/messages", async (_req, res, p, q) => {
+    const topic = topicParam(p);
+    const ps = p.partition ?? "";
+    if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${JSON.stringify(ps)} is not a partition number.`);
+    const offset = queryInt(q, "offset", 0, 0, Number.MAX_SAFE_INTEGER);
+    const limit = Math.min(queryInt(q, "limit", LIMITS.replayLimitDefault, 1, Number.MAX_SAFE_INTEGER), LIMITS.replayLimitMax);
+    const r = await broker.replay(topic, Number(ps), offset, limit);
+    sendJson(res, 200, {
+      messages: r.records.map((x) => ({
+        offset: x.offset,
+        key: x.key === null ? null : x.key.toString("utf8"),
+        produced_at: x.producedAtMs,
+        payload_base64: x.payload.toString("base64"),
+      })),
+      next_offset: r.nextOffset,
+      earliest_offset: r.earliestOffset,
+      end_offset: r.endOffset,
+    });
+  });
+
+  const server = createServer({ keepAliveTimeout: opts.keepAliveTimeoutMs, headersTimeout: opts.headersTimeoutMs, requestTimeout: opts.requestTimeoutMs }, (req, res) => {
+    res.setHeader("Narad-Node", nodeId);
+    res.setHeader("Narad-Boot", bootId);
+    if (stopping) {
+      res.setHeader("connection", "close");
+      sendError(res, new NaradError("shutting_down"));
+      return;
+    }
+    inFlight++;
+    res.once("close", () => {
+      inFlight--;
+      if (stopping && inFlight === 0) drained?.();
+    });
+    const found = router.find(req.method as "GET", req.url!);
+    if (found === null) {
+      const path = req.url!.split("?")[0]!;
+      const other = (["GET", "POST", "PATCH", "DELETE"] as const).some((m) => m !== req.method && router.find(m, path) !== null);
+      return finishWithError(req, res, other ? new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}.`) : new NaradError("not_found", `No route ${req.method} ${path}; see docs/api.md.`));
+    }
+    try {
+      const r = (found.handler as unknown as (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void)(req, res, found.params);
+      if (r instanceof Promise) r.catch((e: unknown) => finishWithError(req, res, e));
+    } catch (e) {
+      finishWithError(req, res, e);
+    }
+  });
+  server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+    if (socket.writable && err.code !== "ECONNRESET") {
+      const body = JSON.stringify({ error: { code: "bad_request", message: `Malformed HTTP request: ${err.code ?? err.message}.` } });
+      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nNarad-Node: ${nodeId}\r\nNarad-Boot: ${bootId}\r\n\r\n${body}`);
+    } else socket.destroy();
+  });
+
+  function finishWithError(req: IncomingMessage, res: ServerResponse, e: unknown): void {
+    let err: NaradError;
+    if (e instanceof NaradError) err = e;
+    else {
+      log.error({ err: e instanceof Error ? e.stack : String(e), method: req.method, url: req.url }, "request failed");
+      err = new NaradError("internal");
+    }
+    broker.metrics.refusals.inc({ status: String(err.status), code: err.code });
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    if (e instanceof BodyTooLarge) {
+      // Stop reading the body: answer, then close the connection.
+      res.setHeader("connection", "close");
+      res.once("finish", () => req.socket.destroy());
+    }
+    sendError(res, err);
+  }
+
+  return {
+    server,
+    setReady(r: boolean) {
+      ready = r;
+    },
+    drain(graceMs: number) {
+      stopping = true;
+      broker.releaseWaiters();
+      server.close();
+      server.closeIdleConnections();
+      if (inFlight === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, graceMs);
+        drained = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+    },
+  };
+}
+
+function toJsonMessage(d: Delivery): ConsumedMessageJson {
+  const r = d.record;
+  return {
+    receipt_handle: d.receiptHandle,
+    partition: d.partition,
+    offset: d.offset,
+    key: r.key === null ? null : r.key.toString("utf8"),
+    delivery_count: d.deliveryCount,
+    produced_at: r.producedAtMs,
+    payload_base64: r.payload.toString("base64"),
+  };
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function sendEmpty(res: ServerResponse, status: number): void {
+  res.writeHead(status);
+  res.end();
+}
+
+function sendError(res: ServerResponse, e: NaradError): void {
+  if (e.retryAfterS !== undefined) res.setHeader("retry-after", String(e.retryAfterS));
+  sendJson(res, e.status, e.toBody());
+}
+
+function abortOnClose(req: IncomingMessage, res: ServerResponse): AbortSignal {
+  const ac = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) ac.abort();
+  });
+  void req;
+  return ac.signal;
+}
+
+function topicParam(p: Params): string {
+  const name = p.topic ?? "";
+  if (!TOPIC_NAME_RE.test(name)) throw new NaradError("invalid_topic_name", `${JSON.stringify(name)} is not a valid topic name.`);
+  return name;
+}
+
+function asObject(v: unknown): Record<string, unknown> {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new NaradError("invalid_argument", "The body must be a JSON object.");
+  return v as Record<string, unknown>;
+}
+
+function onlyFields(o: Record<string, unknown>, allowed: string[]): void {
+  for (const k of Object.keys(o)) {
+    if (!allowed.includes(k)) throw new NaradError("invalid_argument", `Unknown field ${JSON.stringify(k)}; allowed: ${allowed.join(", ")}.`);
+  }
+}
+
+function optInt(o: Record<string, unknown>, field: string, min: number, max: number): number | undefined {
+  const v = o[field];
+  if (v === undefined) return undefined;
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max) {
+    throw new NaradError("invalid_argument", `${field} must be an integer from ${min} to ${max}, not ${JSON.stringify(v)}.`);
+  }
+  return v;
+}
+
+function queryInt(q: URLSearchParams, name: string, dflt: number, min: number, max: number): number {
+  const s = q.get(name);
+  if (s === null || s === "") return dflt;
+  if (!/^\d{1,16}$/.test(s)) throw new NaradError("invalid_argument", `${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(s)}.`);
+  const v = Number(s);
+  if (v < min || v > max) throw new NaradError("invalid_argument", `${name} must be from ${min} to ${max}, not ${v}.`);
+  return v;
+}
+
+function settleAction(extend: string | null): SettleAction {
+  if (extend === null) return "ack";
+  if (extend === "true") return "extend";
+  if (extend === "0") return "nack";
+  return badExtend();
+}
+
+function badExtend(): never {
+  throw new NaradError("invalid_argument", "extend must be true (restart the lease) or 0 (end it now).");
+}
+
+function checkKey(key: string | null, what = "key"): void {
+  if (key !== null && Buffer.byteLength(key) > LIMITS.keyBytesMax) {
+    throw new NaradError("invalid_argument", `${what} is over ${LIMITS.keyBytesMax} bytes.`);
+  }
+}
+
+function isBase64(s: string): boolean {
+  return s.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(s);
+}

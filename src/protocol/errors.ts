@@ -1,0 +1,114 @@
+// The one error table. Every error Narad answers over HTTP has a row here: its code (the
+// `error.code` of the JSON body), its HTTP status, whether it is *definite* (the operation
+// certainly did not take effect) or *indefinite* (it may have), and a default message that says
+// what went wrong and what to do. The HTTP layer, the SDK's typed errors and docs/api.md all come
+// from this table; test/error-table.test.ts keeps docs/api.md in step with it.
+//
+// Definite vs indefinite follows Maelstrom's error codes: a client may retry a definite failure
+// freely, but must treat an indefinite one as "it may have happened".
+
+export interface ErrorSpec {
+  readonly status: number;
+  readonly definite: boolean;
+  readonly message: string;
+}
+
+export const ERRORS = {
+  bad_request: { status: 400, definite: true, message: "The request is malformed; fix it and send it again." },
+  invalid_json: { status: 400, definite: true, message: "The body is not valid JSON." },
+  invalid_topic_name: {
+    status: 400,
+    definite: true,
+    message: "Topic names match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.",
+  },
+  invalid_argument: { status: 400, definite: true, message: "A field or query parameter has a bad value." },
+  partitions_decrease: {
+    status: 400,
+    definite: true,
+    message: "Partitions can only grow; send a number at least as large as the current one.",
+  },
+  invalid_receipt_handle: {
+    status: 400,
+    definite: true,
+    message: "The receipt handle is malformed, forged, or belongs to another topic.",
+  },
+  unauthorized: { status: 401, definite: true, message: "Credentials are missing or wrong." },
+  forbidden: { status: 403, definite: true, message: "These credentials do not allow this action." },
+  topic_not_found: { status: 404, definite: true, message: "No topic has this name; create it first." },
+  partition_not_found: { status: 404, definite: true, message: "The topic has no partition with this number." },
+  not_found: { status: 404, definite: true, message: "No such resource." },
+  method_not_allowed: { status: 405, definite: true, message: "This path does not take this method." },
+  topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
+  receipt_handle_gone: {
+    status: 410,
+    definite: false,
+    message:
+      "The receipt handle is not the live lease: it lapsed, was settled already, or a later delivery replaced it.",
+  },
+  payload_too_large: {
+    status: 413,
+    definite: true,
+    message: "The message is over 1 MiB (1048576 bytes); split it or store it elsewhere and send a reference.",
+  },
+  batch_too_large: {
+    status: 413,
+    definite: true,
+    message: "The batch is over the batch limit; send fewer or smaller messages per request.",
+  },
+  unsupported_media_type: { status: 415, definite: true, message: "This content type is not accepted here." },
+  overloaded: {
+    status: 429,
+    definite: true,
+    message: "The node has too many bytes waiting for fsync; retry after the Retry-After seconds.",
+  },
+  too_many_waiters: {
+    status: 429,
+    definite: true,
+    message: "Too many long polls are waiting on this node; retry after the Retry-After seconds.",
+  },
+  internal: { status: 500, definite: false, message: "An internal error; the operation may or may not have happened." },
+  unavailable: {
+    status: 503,
+    definite: true,
+    message: "No partition of the topic can take this message now; retry shortly.",
+  },
+  shutting_down: { status: 503, definite: true, message: "The node is stopping; send the request to another node or retry." },
+  storage_failed: {
+    status: 500,
+    definite: false,
+    message: "The write could not be made durable; the message may or may not be stored.",
+  },
+  timeout: { status: 504, definite: false, message: "The request took too long; it may or may not have happened." },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export interface ErrorBody {
+  error: { code: string; message: string };
+}
+
+/** An operating error with a row in the table: bad input, a missing topic, overload. */
+export class NaradError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly definite: boolean;
+  readonly retryAfterS: number | undefined;
+
+  constructor(code: ErrorCode, message?: string, opts: { retryAfterS?: number } = {}) {
+    const spec: ErrorSpec = ERRORS[code];
+    super(message ?? spec.message);
+    this.name = "NaradError";
+    this.code = code;
+    this.status = spec.status;
+    this.definite = spec.definite;
+    this.retryAfterS = opts.retryAfterS;
+  }
+
+  toBody(): ErrorBody {
+    return { error: { code: this.code, message: this.message } };
+  }
+}
+
+export function isErrorCode(code: string): code is ErrorCode {
+  return Object.prototype.hasOwnProperty.call(ERRORS, code);
+}

@@ -1,0 +1,235 @@
+// Wire types and limits of HTTP API version 1, shared by the server, the SDK and the toolkit.
+// Names on the wire are snake_case; the same words in camelCase inside the code.
+
+export const API_PREFIX = "/v1";
+
+export const TOPIC_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
+
+export const LIMITS = {
+  /** Largest message payload. Exactly this many bytes is accepted; one more is 413. */
+  messageBytesMax: 1_048_576,
+  /** Largest batch produce request body (binary or JSON). Over it: 413 batch_too_large. */
+  batchBodyBytesMax: 16 * 1_048_576,
+  /** Most messages in one batch produce. */
+  batchMessagesMax: 10_000,
+  /** Most messages per consume batch. */
+  consumeBatchMax: 100,
+  /** Longest long poll. */
+  waitMsMax: 20_000,
+  /** Replay: default and largest page. */
+  replayLimitDefault: 100,
+  replayLimitMax: 1000,
+  /** Most receipt handles in one ack batch. */
+  ackBatchMax: 1000,
+  /** Largest JSON body of the small control requests (topics, acks, users). */
+  controlBodyBytesMax: 1_048_576,
+  /** Partitions a topic may have. */
+  partitionsMax: 1024,
+  /** Bounds of a topic's visibility timeout and retention. */
+  visibilityTimeoutMsMin: 1,
+  visibilityTimeoutMsMax: 12 * 3600 * 1000,
+  retentionMsMin: 1000,
+  retentionMsMax: 10 * 365 * 24 * 3600 * 1000,
+  keyBytesMax: 4096,
+} as const;
+
+export const DEFAULTS = {
+  listen: "127.0.0.1:7070",
+  partitions: 3,
+  visibilityTimeoutMs: 30_000,
+  retentionMs: 7 * 24 * 3600 * 1000,
+  ackFlushIntervalMs: 100,
+  ackSyncIntervalMs: 1000,
+} as const;
+
+export const HEADERS = {
+  node: "narad-node",
+  boot: "narad-boot",
+  receiptHandle: "narad-receipt-handle",
+  partition: "narad-partition",
+  offset: "narad-offset",
+  key: "narad-key",
+  deliveryCount: "narad-delivery-count",
+  producedAt: "narad-produced-at",
+  owner: "narad-owner",
+  ownerBoot: "narad-owner-boot",
+} as const;
+
+/** Content type of the compact binary batch produce encoding (see docs/api.md). */
+export const BATCH_BINARY_TYPE = "application/vnd.narad.batch";
+
+export interface ChildJson {
+  topic: string;
+  kind: "fanout" | "delay" | "replica" | "remote";
+  delay_ms?: number;
+}
+
+export interface TopicJson {
+  name: string;
+  partitions: number;
+  visibility_timeout_ms: number;
+  retention_ms: number;
+  owner: string | null;
+  children: ChildJson[];
+  created_at: number;
+}
+
+export interface CreateTopicRequest {
+  name: string;
+  partitions?: number;
+  visibility_timeout_ms?: number;
+  retention_ms?: number;
+}
+
+export interface UpdateTopicRequest {
+  partitions?: number;
+  visibility_timeout_ms?: number;
+  retention_ms?: number;
+}
+
+export interface ProduceResult {
+  partition: number;
+  offset: number;
+}
+
+export interface BatchProduceRequest {
+  messages: { key?: string; payload_base64: string }[];
+}
+
+export interface ConsumedMessageJson {
+  receipt_handle: string;
+  partition: number;
+  offset: number;
+  key: string | null;
+  delivery_count: number;
+  produced_at: number;
+  payload_base64: string;
+}
+
+export interface AckBatchRequest {
+  receipt_handles: string[];
+  extend?: boolean | number;
+}
+
+export interface AckBatchResult {
+  results: { receipt_handle: string; status: 204 | 400 | 410 }[];
+}
+
+export interface ReplayMessageJson {
+  offset: number;
+  key: string | null;
+  produced_at: number;
+  payload_base64: string;
+}
+
+export interface ReplayResponse {
+  messages: ReplayMessageJson[];
+  next_offset: number;
+  earliest_offset: number;
+  end_offset: number;
+}
+
+/**
+ * The binary batch produce body (Content-Type application/vnd.narad.batch):
+ *
+ *   repeated until the end of the body:
+ *     u32 BE  key length + 1   (0 = no key)
+ *     bytes   key (UTF-8)
+ *     u32 BE  payload length
+ *     bytes   payload
+ *
+ * It carries exactly what the JSON form does, without base64's third more bytes and its parse.
+ */
+export function encodeBinaryBatch(messages: { key?: string | null; payload: Uint8Array }[]): Buffer {
+  let size = 0;
+  const keys: (Buffer | null)[] = [];
+  for (const m of messages) {
+    const k = m.key == null ? null : Buffer.from(m.key, "utf8");
+    keys.push(k);
+    size += 8 + (k?.length ?? 0) + m.payload.length;
+  }
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (let i = 0; i < messages.length; i++) {
+    const k = keys[i]!;
+    const p = messages[i]!.payload;
+    out.writeUInt32BE(k === null ? 0 : k.length + 1, at);
+    at += 4;
+    if (k !== null) at += k.copy(out, at);
+    out.writeUInt32BE(p.length, at);
+    at += 4;
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+/** Decodes a binary batch; returns a string describing the fault for malformed input. */
+export function decodeBinaryBatch(body: Buffer): { key: string | null; payload: Buffer }[] | string {
+  const out: { key: string | null; payload: Buffer }[] = [];
+  let at = 0;
+  while (at < body.length) {
+    if (body.length - at < 4) return `truncated key length at byte ${at}`;
+    const kl = body.readUInt32BE(at);
+    at += 4;
+    let key: string | null = null;
+    if (kl > 0) {
+      if (kl - 1 > LIMITS.keyBytesMax) return `key at byte ${at} is over ${LIMITS.keyBytesMax} bytes`;
+      if (body.length - at < kl - 1) return `truncated key at byte ${at}`;
+      key = body.toString("utf8", at, at + kl - 1);
+      at += kl - 1;
+    }
+    if (body.length - at < 4) return `truncated payload length at byte ${at}`;
+    const pl = body.readUInt32BE(at);
+    at += 4;
+    if (body.length - at < pl) return `truncated payload at byte ${at}`;
+    out.push({ key, payload: body.subarray(at, at + pl) });
+    at += pl;
+  }
+  return out;
+}
+
+// --- Added for the SDK (src/client): response envelopes and users/grants bodies. ---
+
+export interface TopicsResponse {
+  topics: TopicJson[];
+}
+
+export interface BatchProduceResponse {
+  results: ProduceResult[];
+}
+
+export interface ConsumeBatchResponse {
+  messages: ConsumedMessageJson[];
+}
+
+/** What a grant allows; `admin` takes no pattern. */
+export type GrantAction = "produce" | "consume" | "create" | "admin";
+
+export interface CreateUserRequest {
+  name: string;
+  password: string;
+}
+
+export interface UserJson {
+  name: string;
+}
+
+export interface UsersResponse {
+  users: UserJson[];
+}
+
+export interface GrantRequest {
+  action: GrantAction;
+  /** An exact topic name or a prefix wildcard (`orders-*`); absent for `admin`. */
+  pattern?: string;
+}
+
+export interface GrantJson {
+  action: GrantAction;
+  pattern: string | null;
+}
+
+export interface GrantsResponse {
+  grants: GrantJson[];
+}

@@ -1,0 +1,144 @@
+// The storage layer's contract with the broker. The broker sees a partition as two things:
+// a PartitionLog (messages, append-only, group-committed) and an AckLog (which offsets are settled).
+// Neither knows about leases, HTTP or topics.
+
+import type { Logger } from "pino";
+
+export interface Clock {
+  /** Wall-clock milliseconds since the epoch (produce times, retention). */
+  nowMs(): number;
+  /** Monotonic milliseconds (timers, intervals, latencies). */
+  monoMs(): number;
+}
+
+export const systemClock: Clock = {
+  nowMs: () => Date.now(),
+  monoMs: () => performance.now(),
+};
+
+export interface StoredRecord {
+  offset: number;
+  /** Produce time, ms since the epoch, assigned by the owner when it appended the record. */
+  producedAtMs: number;
+  key: Buffer | null;
+  payload: Buffer;
+}
+
+export interface AppendInput {
+  key: Buffer | null;
+  payload: Buffer;
+}
+
+export interface StorageOptions {
+  clock: Clock;
+  logger: Logger;
+  /** Roll the active segment when it reaches this many bytes. */
+  segmentBytesMax: number;
+  /** Roll the active segment when its first record is this old, so retention can act on small topics. */
+  segmentAgeMaxMs: number;
+  /** Test-only: keep written-but-unsynced bytes in process memory (NARAD_TEST_POWER_LOSS=1). */
+  powerLoss: boolean;
+  /** Called after every group commit (for the fsync latency metric). Must not throw. */
+  onSync?: (info: SyncInfo) => void;
+  /** Bound on open file descriptors of sealed segments kept for reads (default 16). */
+  openSegmentFdsMax?: number;
+}
+
+/** One completed group commit. */
+export interface SyncInfo {
+  /** From the start of the write to the end of the fdatasync(s). */
+  durationMs: number;
+  records: number;
+  bytes: number;
+  /** Append calls the commit covered. */
+  appends: number;
+}
+
+export interface RecoveryReport {
+  segments: number;
+  records: number;
+  /** Bytes cut from a torn tail of the active segment. */
+  truncatedBytes: number;
+  /** Records skipped because their checksum failed (never served). */
+  corruptRecords: { segment: string; position: number; reason: string }[];
+  /** Index files rebuilt because they were missing or did not match their segment. */
+  rebuiltIndexes: string[];
+}
+
+/**
+ * One partition's append-only log: a directory of segment files named by base offset.
+ *
+ * Invariants (asserted): offsets only grow; syncedOffset <= writtenOffset <= endOffset.
+ */
+export interface PartitionLog {
+  /** The offset the next appended record gets. */
+  readonly endOffset: number;
+  /** The lowest offset still retained (== endOffset when empty). */
+  readonly earliestOffset: number;
+  /** Every offset below this is fsynced: durable, and visible to consumers and replay. */
+  readonly syncedOffset: number;
+  /** Bytes appended but not yet covered by a completed fdatasync (for 429 backpressure). */
+  readonly pendingSyncBytes: number;
+
+  /**
+   * Assigns consecutive offsets to the records now (synchronously) and queues them for the
+   * next group commit. `durable` resolves once an fdatasync covering all of them has completed,
+   * and rejects if the write or sync failed (the records' fate is then unknown).
+   * Many calls made while one fdatasync runs are covered by the next single fdatasync.
+   */
+  append(records: AppendInput[], producedAtMs: number): { baseOffset: number; durable: Promise<void> };
+
+  /**
+   * Reads up to maxRecords consecutive records starting at fromOffset (raised to earliestOffset),
+   * stopping before maxBytes of payload would be passed (at least one record is returned if any),
+   * and never at or past syncedOffset. A record whose checksum fails is skipped and reported, never
+   * served; the result may then have a gap (offsets are in the records).
+   */
+  read(fromOffset: number, maxRecords: number, maxBytes: number): Promise<StoredRecord[]>;
+
+  /** Rolls the active segment if it is over size or age. Called by the broker's housekeeping tick. */
+  maybeRoll(): Promise<void>;
+
+  /**
+   * Removes whole closed segments whose newest record is older than nowMs - retentionMs.
+   * Never removes a segment holding a record younger than that. Returns the new earliestOffset.
+   */
+  enforceRetention(retentionMs: number): Promise<number>;
+
+  /** Flushes and fsyncs everything, then closes files. Further appends reject. */
+  close(): Promise<void>;
+
+  /** What recovery found when the log was opened. */
+  readonly recovery: RecoveryReport;
+}
+
+/**
+ * A partition's settled offsets: a floor (every offset below is acked) and the acked offsets
+ * above it. Acks are buffered in memory, written to the OS every ackFlushIntervalMs and fsynced
+ * every ackSyncIntervalMs (timers owned by the AckLog). A kill may forget up to ~ackFlushIntervalMs
+ * of acks; a power loss up to ~ackSyncIntervalMs + ackFlushIntervalMs. close() writes and syncs all.
+ */
+export interface AckLog {
+  /** Every offset below the floor is acked (or gone by retention). */
+  readonly floor: number;
+  isAcked(offset: number): boolean;
+  /** Marks the offset acked (in memory now; on disk by the timers). Idempotent. */
+  ack(offset: number): void;
+  /** Raises the floor, e.g. to the log's earliestOffset after retention. */
+  raiseFloor(offset: number): void;
+  /** Number of acked offsets at or above the floor (for metrics). */
+  readonly ackedAboveFloor: number;
+  /** Writes and fsyncs every buffered ack now (SIGTERM path). */
+  flushAndSync(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface AckLogOptions {
+  clock: Clock;
+  logger: Logger;
+  ackFlushIntervalMs: number;
+  ackSyncIntervalMs: number;
+  powerLoss: boolean;
+  /** Compact (snapshot + fresh log) once the ack log file passes this size (default 4 MiB). */
+  ackLogBytesMax?: number;
+}
