@@ -20,7 +20,7 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
     let d: Deployment;
     let turn = 0;
     const url = () => d.urls[turn++ % d.urls.length]!;
-    const req = (method: string, path: string, body?: BodyInit, headers: Record<string, string> = {}) =>
+    const req = (method: string, path: string, body?: RequestInit["body"], headers: Record<string, string> = {}) =>
       fetch(url() + path, { method, body, headers });
     const json = (method: string, path: string, body?: unknown) =>
       req(method, path, body === undefined ? undefined : JSON.stringify(body), { "content-type": "application/json" });
@@ -38,7 +38,7 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.ok(b.error.message.length > 0);
       return b.error.code;
     };
-    const produce = async (topic: string, payload: BodyInit, key?: string) => {
+    const produce = async (topic: string, payload: RequestInit["body"], key?: string) => {
       const r = await req("POST", `/v1/topics/${topic}/messages${key === undefined ? "" : `?key=${encodeURIComponent(key)}`}`, payload);
       assert.equal(r.status, 202, await r.clone().text());
       return (await r.json()) as { partition: number; offset: number };
@@ -436,7 +436,7 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
     test("bad input of every kind gets a JSON error and the node keeps serving", async () => {
       const topic = await createTopic({ partitions: 1 });
       await produce(topic, "keep me");
-      const cases: [string, string, BodyInit | undefined, Record<string, string>][] = [
+      const cases: [string, string, RequestInit["body"] | undefined, Record<string, string>][] = [
         ["POST", "/v1/topics", "\u0000\u0001", { "content-type": "application/json" }],
         ["POST", "/v1/topics", "null", { "content-type": "application/json" }],
         ["POST", "/v1/topics", '{"name": "a", "partitions": 1e400}', { "content-type": "application/json" }],

@@ -1,0 +1,260 @@
+// `npm run bench`: Narad's figures beside baselines measured in the same run, as ratios.
+//
+// Baselines: a bare node:http server answering at once ("plain"), and one answering 202 after a
+// shared fdatasync ("fdatasync"), both in their own processes like the broker. The load comes
+// from this process (closed loop: N requests kept outstanding), so client and server share the
+// machine's two cores, as they do for the peer brokers' figures in shared/peers/results.md.
+//
+// BENCH_SECONDS (default 10) sets each figure's duration; BENCH_ONLY=name,name runs a subset.
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm, readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Pool } from "undici";
+import { encodeBinaryBatch, BATCH_BINARY_TYPE } from "../src/protocol/wire.js";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const ONLY = new Set((process.env.BENCH_ONLY ?? "").split(",").filter(Boolean));
+const PAYLOAD = Buffer.alloc(1024, 0x78);
+
+interface Proc {
+  url: string;
+  proc: ChildProcess;
+  stop(): Promise<void>;
+}
+
+async function spawnUntil(args: string[], re: RegExp, env: Record<string, string> = {}): Promise<{ proc: ChildProcess; m: RegExpExecArray }> {
+  const proc = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } });
+  const m = await new Promise<RegExpExecArray>((res, rej) => {
+    let out = "";
+    proc.stdout!.on("data", (b: Buffer) => {
+      out += b.toString();
+      const m = re.exec(out);
+      if (m) res(m);
+    });
+    proc.on("exit", (c) => rej(new Error(`${args.join(" ")} exited ${c}: ${out}`)));
+  });
+  return { proc, m };
+}
+
+function stopper(proc: ChildProcess): () => Promise<void> {
+  return () =>
+    new Promise((res) => {
+      if (proc.exitCode !== null) return res();
+      proc.once("exit", () => res());
+      proc.kill("SIGTERM");
+    });
+}
+
+async function baseline(mode: "plain" | "durable", dir: string): Promise<Proc> {
+  const { proc, m } = await spawnUntil([join(ROOT, "dist/bench/baseline-server.js"), mode, dir], /port (\d+)/);
+  return { url: `http://127.0.0.1:${m[1]}`, proc, stop: stopper(proc) };
+}
+
+async function narad(dir: string): Promise<Proc> {
+  const { proc, m } = await spawnUntil(
+    [join(ROOT, "bin/narad"), "server", "start", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0"],
+    /narad listening on (http:\/\/\S+)/,
+    { NARAD_LOG_LEVEL: "warn", UV_THREADPOOL_SIZE: "16" },
+  );
+  return { url: m[1]!, proc, stop: stopper(proc) };
+}
+
+interface LoadResult {
+  ops: number;
+  seconds: number;
+  perS: number;
+  p50Ms: number;
+  p99Ms: number;
+  errors: number;
+}
+
+/** Keeps `inFlight` operations outstanding for `seconds`; `op` resolves to the count it did. */
+async function closedLoop(inFlight: number, seconds: number, op: () => Promise<number>): Promise<LoadResult> {
+  const lat: number[] = [];
+  let ops = 0;
+  let errors = 0;
+  const t0 = performance.now();
+  const end = t0 + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (performance.now() < end) {
+        const s = performance.now();
+        try {
+          ops += await op();
+          lat.push(performance.now() - s);
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
+  const elapsed = (performance.now() - t0) / 1000;
+  lat.sort((a, b) => a - b);
+  const pct = (p: number) => (lat.length ? lat[Math.min(lat.length - 1, Math.floor(lat.length * p))]! : NaN);
+  return { ops, seconds: elapsed, perS: ops / elapsed, p50Ms: pct(0.5), p99Ms: pct(0.99), errors };
+}
+
+async function request(pool: Pool, method: "GET" | "POST", path: string, body?: Buffer | string, headers?: Record<string, string>) {
+  const r = await pool.request({ method, path, body, headers });
+  const buf = Buffer.from(await r.body.arrayBuffer());
+  return { status: r.statusCode, headers: r.headers, body: buf };
+}
+
+async function createTopic(pool: Pool, name: string, partitions: number): Promise<void> {
+  const r = await request(pool, "POST", "/v1/topics", JSON.stringify({ name, partitions }), { "content-type": "application/json" });
+  if (r.status !== 201) throw new Error(`create topic: ${r.status} ${r.body}`);
+}
+
+async function prefill(pool: Pool, topic: string, count: number): Promise<void> {
+  const batch = encodeBinaryBatch(Array.from({ length: 1000 }, () => ({ payload: PAYLOAD })));
+  let sent = 0;
+  await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      while (sent < count) {
+        sent += 1000;
+        const r = await request(pool, "POST", `/v1/topics/${topic}/messages/batch`, batch, { "content-type": BATCH_BINARY_TYPE });
+        if (r.status !== 202) throw new Error(`prefill: ${r.status} ${r.body}`);
+      }
+    }),
+  );
+}
+
+async function rssMiB(pid: number): Promise<number> {
+  const s = await readFile(`/proc/${pid}/status`, "utf8");
+  const m = /VmRSS:\s+(\d+) kB/.exec(s);
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+interface Row {
+  figure: string;
+  narad: string;
+  baseline: string;
+  ratio: string;
+  goal: string;
+}
+
+const rows: Row[] = [];
+const fmt = (n: number) => (n >= 1000 ? Math.round(n).toLocaleString("en-US") : n.toFixed(2));
+function row(figure: string, naradV: string, baselineV: string, ratio: number | null, goal: string): void {
+  const r = { figure, narad: naradV, baseline: baselineV, ratio: ratio === null ? "" : `${ratio.toFixed(2)}x`, goal };
+  rows.push(r);
+  process.stdout.write(`  ${figure}: narad ${naradV} | baseline ${baselineV} | ${r.ratio} | goal ${goal}\n`);
+}
+const want = (name: string) => ONLY.size === 0 || ONLY.has(name);
+
+async function main(): Promise<void> {
+  const work = await mkdtemp(join(tmpdir(), "narad-bench-"));
+  const procs: Proc[] = [];
+  try {
+    process.stdout.write(`narad bench: ${SECONDS} s a figure, 1 KiB messages, data in ${work}\n`);
+    const plain = await baseline("plain", work);
+    const durable = await baseline("durable", work);
+    const node = await narad(join(work, "narad"));
+    procs.push(plain, durable, node);
+    const pool = (url: string, connections: number) => new Pool(url, { connections, pipelining: 1, keepAliveTimeout: 60_000 });
+    const np = pool(node.url, 128);
+    const pp = pool(plain.url, 128);
+    const dp = pool(durable.url, 128);
+
+    if (want("produce")) {
+      await createTopic(np, "bench-produce", 3);
+      const produceOp = (p: Pool, path: string) => async () => {
+        const r = await p.request({ method: "POST", path, body: PAYLOAD });
+        await r.body.dump();
+        if (r.statusCode !== 202) throw new Error(String(r.statusCode));
+        return 1;
+      };
+      const base = await closedLoop(64, SECONDS, produceOp(dp, "/v1/topics/x/messages"));
+      const plainB = await closedLoop(64, SECONDS, produceOp(pp, "/v1/topics/x/messages"));
+      const n = await closedLoop(64, SECONDS, produceOp(np, "/v1/topics/bench-produce/messages"));
+      row("produce, 1 msg/request, 64 in flight (msgs/s)", fmt(n.perS), `fdatasync ${fmt(base.perS)}; plain ${fmt(plainB.perS)}`, n.perS / base.perS, ">= 0.8x fdatasync");
+      const l1b = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(dp, "/v1/topics/x/messages"));
+      const l1 = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(np, "/v1/topics/bench-produce/messages"));
+      row("produce latency at 1 in flight, p50 (ms)", l1.p50Ms.toFixed(3), `fdatasync ${l1b.p50Ms.toFixed(3)}`, l1.p50Ms / l1b.p50Ms, "");
+      row("produce latency at 1 in flight, p99 (ms)", l1.p99Ms.toFixed(3), `fdatasync ${l1b.p99Ms.toFixed(3)}`, l1.p99Ms / l1b.p99Ms, `<= fdatasync p99 + 2 ms (${(l1b.p99Ms + 2).toFixed(3)})`);
+    }
+
+    if (want("batch")) {
+      await createTopic(np, "bench-batch", 3);
+      const batch = encodeBinaryBatch(Array.from({ length: 100 }, () => ({ payload: PAYLOAD })));
+      const n = await closedLoop(8, SECONDS, async () => {
+        const r = await np.request({ method: "POST", path: "/v1/topics/bench-batch/messages/batch", body: batch, headers: { "content-type": BATCH_BINARY_TYPE } });
+        await r.body.dump();
+        if (r.statusCode !== 202) throw new Error(String(r.statusCode));
+        return 100;
+      });
+      row("produce, batches of 100, 8 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~160 000 (recorded)", n.perS / 200_000, ">= 200 000 msgs/s (ratio to goal)");
+    }
+
+    if (want("consume")) {
+      const total = Math.round(60_000 * SECONDS);
+      await createTopic(np, "bench-consume", 3);
+      await prefill(np, "bench-consume", Math.min(total, 600_000));
+      const plainB = await closedLoop(64, SECONDS, async () => {
+        const r = await pp.request({ method: "POST", path: "/v1/topics/x/consume" });
+        await r.body.dump();
+        return 1;
+      });
+      const n = await closedLoop(64, SECONDS, async () => {
+        const r = await np.request({ method: "POST", path: "/v1/topics/bench-consume/consume" });
+        const h = r.headers["narad-receipt-handle"];
+        await r.body.dump();
+        if (r.statusCode !== 200) throw new Error(String(r.statusCode));
+        const a = await np.request({ method: "POST", path: `/v1/topics/bench-consume/ack?receipt_handle=${h}` });
+        await a.body.dump();
+        if (a.statusCode !== 204) throw new Error(String(a.statusCode));
+        return 1;
+      });
+      row("consume+ack, 1 msg/request, 64 in flight (msgs/s)", fmt(n.perS), `plain ${fmt(plainB.perS)} req/s`, n.perS / plainB.perS, ">= 0.5x plain");
+    }
+
+    if (want("consume-batch")) {
+      await createTopic(np, "bench-cbatch", 3);
+      await prefill(np, "bench-cbatch", Math.min(160_000 * SECONDS, 2_000_000));
+      const n = await closedLoop(8, SECONDS, async () => {
+        const r = await np.request({ method: "POST", path: "/v1/topics/bench-cbatch/consume/batch?max_messages=100" });
+        const j = (await r.body.json()) as { messages: { receipt_handle: string }[] };
+        if (j.messages.length === 0) return 0;
+        const a = await np.request({
+          method: "POST",
+          path: "/v1/topics/bench-cbatch/ack/batch",
+          body: JSON.stringify({ receipt_handles: j.messages.map((m) => m.receipt_handle) }),
+          headers: { "content-type": "application/json" },
+        });
+        await a.body.dump();
+        return j.messages.length;
+      });
+      row("consume+ack, batches of 100, 8 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~134 000 (recorded)", n.perS / 134_000, ">= 134 000 msgs/s (ratio to goal)");
+    }
+
+    if (want("rss")) {
+      await createTopic(np, "bench-rss", 3);
+      await prefill(np, "bench-rss", 1_000_000);
+      const rss = await rssMiB(node.proc.pid!);
+      row("server RSS with 1 000 000 unacked messages (MiB)", rss.toFixed(0), "", rss / 300, "< 300 MiB (ratio to goal)");
+    }
+
+    if (want("checker")) {
+      try {
+        const mod = (await import(["./checker-bench", "js"].join("."))) as { benchChecker: () => Promise<{ events: number; seconds: number; eventsPerSecond: number; rssMiB: number }> };
+        const r = await mod.benchChecker();
+        row("checker on a 1 000 000-event history (events/s)", fmt(r.eventsPerSecond), `${r.seconds.toFixed(2)} s, ${r.rssMiB.toFixed(0)} MiB RSS`, r.eventsPerSecond / 500_000, ">= 500 000 events/s (ratio to goal)");
+      } catch (e) {
+        process.stdout.write(`  checker: not measured (${(e as Error).message})\n`);
+      }
+    }
+    await Promise.all([np.close(), pp.close(), dp.close()]);
+  } finally {
+    for (const p of procs) await p.stop();
+    await rm(work, { recursive: true, force: true });
+  }
+  process.stdout.write("\n| figure | narad | baseline (same run) | ratio | goal |\n|---|---|---|---|---|\n");
+  for (const r of rows) process.stdout.write(`| ${r.figure} | ${r.narad} | ${r.baseline} | ${r.ratio} | ${r.goal} |\n`);
+  process.stdout.write("\nPeer brokers (shared/peers/results.md, recorded 2026-11-30 on this machine kind): NATS JetStream thin client w256 163 751 publishes/s (no fsync), batch-100 pull consume+ack 134 353/s; RabbitMQ quorum w256 42 373/s; BullMQ AOF always w64 26 348/s.\n");
+}
+
+await main();
