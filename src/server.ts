@@ -8,6 +8,9 @@ import { Broker } from "./broker/broker.js";
 import { IdentityError, loadIdentity } from "./broker/identity.js";
 import { TestBugs, TEST_BUGS } from "./broker/test-bugs.js";
 import { createHttpServer, type NaradHttpServer } from "./http/server.js";
+import { Authenticator } from "./auth/authenticator.js";
+import { UserStore } from "./auth/store.js";
+import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./storage/types.js";
 import type { ConfigValues } from "./cli/config.js";
 
@@ -28,9 +31,6 @@ const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
   const dev = cfg.dev === true;
-  if (!dev) {
-    throw new StartupError("security mode (without --dev) is not available in this build yet; start with --dev for a local node with security off");
-  }
   if (cfg.control_plane !== undefined) {
     throw new StartupError("--control-plane: cluster mode is not available in this build yet; run a single node without it");
   }
@@ -67,6 +67,26 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   if (powerLoss) log.warn("TEST-ONLY POWER-LOSS MODE IS ON (NARAD_TEST_POWER_LOSS=1): unsynced bytes are kept in process memory");
   for (const b of bugs.names) log.warn({ bug: b, what: TEST_BUGS[b as keyof typeof TEST_BUGS] }, "TEST-ONLY SEEDED BUG IS ON (NARAD_TEST_BUGS)");
 
+  let users: UserStore;
+  try {
+    users = await UserStore.open(dataDir);
+  } catch (e) {
+    throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
+  }
+  if (!dev && users.userCount === 0) {
+    const password = env.NARAD_ADMIN_PASSWORD;
+    if (password === undefined || password === "") {
+      throw new StartupError("security is on and there are no users yet: set NARAD_ADMIN_PASSWORD to create the user admin, or start with --dev for a local node with security off");
+    }
+    try {
+      await users.addUser("admin", password, systemClock.nowMs(), [{ action: "admin", pattern: null }]);
+    } catch (e) {
+      if (e instanceof NaradError) throw new StartupError(`NARAD_ADMIN_PASSWORD: ${e.message}`);
+      throw e;
+    }
+    log.warn("created the user admin from NARAD_ADMIN_PASSWORD (security is on)");
+  }
+
   const broker = await Broker.open({
     dataDir,
     clock: systemClock,
@@ -98,6 +118,9 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     headersTimeoutMs: cfg["http.headers_timeout_ms"] as number,
     requestTimeoutMs: cfg["http.request_timeout_ms"] as number,
     keepAliveTimeoutMs: cfg["http.keep_alive_timeout_ms"] as number,
+    users,
+    authenticator: dev ? undefined : new Authenticator(users, systemClock),
+    nowMs: () => systemClock.nowMs(),
   });
   try {
     await new Promise<void>((res, rej) => {

@@ -93,12 +93,16 @@ describe("server start", () => {
     }
   });
 
-  test("without --dev it refuses with one line until security is configured", async () => {
+  test("without --dev and without users it refuses with one line naming NARAD_ADMIN_PASSWORD", async () => {
     const dir = await tempDir();
     cleanup.push(() => removeDir(dir));
-    const r = await runNarad(["server", "start", "--data-dir", dir, "--listen", "127.0.0.1:0"]);
+    const env = { NARAD_ADMIN_PASSWORD: "" };
+    const r = await runNarad(["server", "start", "--data-dir", dir, "--listen", "127.0.0.1:0"], { env });
     assert.notEqual(r.code, 0);
-    oneLine(r.stderr);
+    assert.match(oneLine(r.stderr), /NARAD_ADMIN_PASSWORD/);
+    const short = await runNarad(["server", "start", "--data-dir", dir, "--listen", "127.0.0.1:0"], { env: { NARAD_ADMIN_PASSWORD: "short" } });
+    assert.notEqual(short.code, 0);
+    assert.match(oneLine(short.stderr), /NARAD_ADMIN_PASSWORD: password must be 8/);
   });
 
   test("corrupt files in the data dir: the node starts, reports them, and serves what is sound", async () => {

@@ -21,6 +21,9 @@ import {
   type ConsumedMessageJson,
 } from "../protocol/wire.js";
 import { readBody, readJson, BodyTooLarge } from "./body.js";
+import type { Authenticator } from "../auth/authenticator.js";
+import { allows, canManage, canSee, isAdmin, parseGrant, type Principal } from "../auth/model.js";
+import type { UserStore } from "../auth/store.js";
 
 export interface HttpOptions {
   broker: Broker;
@@ -30,10 +33,26 @@ export interface HttpOptions {
   headersTimeoutMs: number;
   requestTimeoutMs: number;
   keepAliveTimeoutMs: number;
+  users: UserStore;
+  /** Absent with security off (--dev): every request is allowed without credentials. */
+  authenticator?: Authenticator;
+  nowMs: () => number;
 }
 
 type Params = Record<string, string | undefined>;
-type Handler = (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams) => Promise<void> | void;
+interface Ctx {
+  /** null with security off. */
+  principal: Principal | null;
+}
+type Handler = (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams, ctx: Ctx) => Promise<void> | void;
+
+/**
+ * What a route needs. `none`: no credentials (probes). `user`: any valid user. `admin`.
+ * `produce` / `consume`: a matching grant on the path's topic. `see`: any matching grant, owner
+ * or admin. `manage`: the topic's owner or an admin. `self-or-admin`: the path's user or an admin.
+ * Creating a topic is checked in its handler, once the name is read from the body.
+ */
+type Perm = "none" | "user" | "admin" | "produce" | "consume" | "see" | "manage" | "self-or-admin";
 
 export interface NaradHttpServer {
   server: Server;
@@ -52,10 +71,52 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   let ready = false;
   let drained: (() => void) | undefined;
 
-  const on = (method: "GET" | "POST" | "PATCH" | "DELETE", path: string, h: Handler) => {
+  const authz = (perm: Perm, p: Params, principal: Principal): void => {
+    const forbidden = (what: string) => new NaradError("forbidden", `User ${principal.name} may not ${what}; ask an admin for a grant.`);
+    switch (perm) {
+      case "none":
+      case "user":
+        return;
+      case "admin":
+        if (!isAdmin(principal)) throw forbidden("do this (admin only)");
+        return;
+      case "self-or-admin":
+        if (!isAdmin(principal) && p.name !== principal.name) throw forbidden(`change user ${p.name}`);
+        return;
+      case "produce":
+      case "consume": {
+        const topic = topicParam(p);
+        if (!allows(principal, perm, topic)) throw forbidden(`${perm} on topic ${topic}`);
+        return;
+      }
+      case "see":
+      case "manage": {
+        const topic = topicParam(p);
+        let owner: string | null = null;
+        let exists = true;
+        try {
+          owner = broker.getTopic(topic).owner;
+        } catch (e) {
+          if (!(e instanceof NaradError) || e.code !== "topic_not_found") throw e;
+          exists = false;
+        }
+        const ok = perm === "see" ? canSee(principal, topic, owner) : canManage(principal, owner);
+        if (!ok) throw forbidden(perm === "see" ? `see topic ${topic}` : `change or delete topic ${topic} (its owner or an admin may)`);
+        if (!exists) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist; create it first.`);
+        return;
+      }
+    }
+  };
+
+  const on = (method: "GET" | "POST" | "PATCH" | "DELETE", path: string, perm: Perm, h: Handler) => {
     router.on(method, path, (req, res, params) => {
       const q = req.url!.indexOf("?");
-      return h(req, res, params as Params, new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : ""));
+      const query = new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : "");
+      if (opts.authenticator === undefined || perm === "none") return h(req, res, params as Params, query, { principal: null });
+      return opts.authenticator.authenticate(req.headers.authorization).then((principal) => {
+        authz(perm, params as Params, principal);
+        return h(req, res, params as Params, query, { principal });
+      });
     });
     const m = routes.get(path) ?? new Set<string>();
     m.add(method);
@@ -63,22 +124,25 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   };
 
   // ---- probes and metrics ---------------------------------------------------------------------
-  on("GET", "/healthz", (_req, res) => sendJson(res, 200, { status: "ok", node: nodeId, boot: bootId }));
-  on("GET", "/readyz", (_req, res) =>
+  on("GET", "/healthz", "none", (_req, res) => sendJson(res, 200, { status: "ok", node: nodeId, boot: bootId }));
+  on("GET", "/readyz", "none", (_req, res) =>
     ready && !stopping ? sendJson(res, 200, { status: "ready" }) : sendError(res, new NaradError("shutting_down", "The node is not serving its partitions yet (or is stopping).")),
   );
-  on("GET", "/metrics", async (_req, res) => {
+  on("GET", "/metrics", "user", async (_req, res) => {
     const text = await broker.metrics.registry.metrics();
     res.writeHead(200, { "content-type": broker.metrics.registry.contentType });
     res.end(text);
   });
 
   // ---- topics ---------------------------------------------------------------------------------
-  on("POST", "/v1/topics", async (req, res) => {
+  on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const name = body.name;
     if (typeof name !== "string" || !TOPIC_NAME_RE.test(name)) {
       throw new NaradError("invalid_topic_name", `Topic name ${JSON.stringify(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
+    }
+    if (ctx.principal !== null && !allows(ctx.principal, "create", name)) {
+      throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
     }
     onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms"]);
     const topic = await broker.createTopic(
@@ -88,13 +152,15 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
         retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
       },
-      null,
+      ctx.principal?.name ?? null,
     );
     sendJson(res, 201, topic);
   });
-  on("GET", "/v1/topics", (_req, res) => sendJson(res, 200, { topics: broker.listTopics() }));
-  on("GET", "/v1/topics/:topic", (_req, res, p) => sendJson(res, 200, broker.getTopic(topicParam(p))));
-  on("PATCH", "/v1/topics/:topic", async (req, res, p) => {
+  on("GET", "/v1/topics", "user", (_req, res, _p, _q, ctx) =>
+    sendJson(res, 200, { topics: broker.listTopics().filter((t) => ctx.principal === null || canSee(ctx.principal, t.name, t.owner)) }),
+  );
+  on("GET", "/v1/topics/:topic", "see", (_req, res, p) => sendJson(res, 200, broker.getTopic(topicParam(p))));
+  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms"]);
@@ -105,13 +171,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     });
     sendJson(res, 200, topic);
   });
-  on("DELETE", "/v1/topics/:topic", async (_req, res, p) => {
+  on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
     await broker.deleteTopic(topicParam(p));
     sendEmpty(res, 204);
   });
 
   // ---- produce --------------------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/messages", async (req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q) => {
     const topic = topicParam(p);
     broker.getTopic(topic); // 404 before reading a body for a topic that does not exist
     const key = q.get("key");
@@ -120,7 +186,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const [r] = await broker.produce(topic, [{ key, payload }]);
     sendJson(res, 202, r);
   });
-  on("POST", "/v1/topics/:topic/messages/batch", async (req, res, p) => {
+  on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p) => {
     const topic = topicParam(p);
     broker.getTopic(topic);
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
@@ -161,7 +227,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   });
 
   // ---- consume ----------------------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/consume", async (req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q) => {
     const topic = topicParam(p);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
     const [d] = await broker.consume(topic, 1, waitMs, abortOnClose(req, res));
@@ -182,7 +248,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     res.writeHead(200, headers);
     res.end(r.payload);
   });
-  on("POST", "/v1/topics/:topic/consume/batch", async (req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q) => {
     const topic = topicParam(p);
     const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
@@ -191,7 +257,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   });
 
   // ---- ack, extend, nack -----------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/ack", (_req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/ack", "consume", (_req, res, p, q) => {
     const topic = topicParam(p);
     const handle = q.get("receipt_handle");
     if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
@@ -200,7 +266,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     if (status === 204) return sendEmpty(res, 204);
     throw new NaradError(status === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
   });
-  on("POST", "/v1/topics/:topic/ack/batch", async (req, res, p) => {
+  on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p) => {
     const topic = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const handles = body.receipt_handles;
@@ -216,7 +282,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   });
 
   // ---- replay -----------------------------------------------------------------------------------
-  on("GET", "/v1/topics/:topic/partitions/:partition/messages", async (_req, res, p, q) => {
+  on("GET", "/v1/topics/:topic/partitions/:partition/messages", "consume", async (_req, res, p, q) => {
     const topic = topicParam(p);
     const ps = p.partition ?? "";
     if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${JSON.stringify(ps)} is not a partition number.`);
@@ -234,6 +300,47 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       earliest_offset: r.earliestOffset,
       end_offset: r.endOffset,
     });
+  });
+
+  // ---- users and grants --------------------------------------------------------------------------
+  const users = opts.users;
+  const userParam = (p: Params) => {
+    const name = p.name ?? "";
+    if (users.get(name) === undefined) throw new NaradError("user_not_found", `No user ${JSON.stringify(name)}.`);
+    return name;
+  };
+  on("POST", "/v1/users", "admin", async (req, res) => {
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["name", "password"]);
+    sendJson(res, 201, await users.addUser(body.name, body.password, opts.nowMs()));
+  });
+  on("GET", "/v1/users", "admin", (_req, res) => sendJson(res, 200, { users: users.list() }));
+  on("PATCH", "/v1/users/:name", "self-or-admin", async (req, res, p) => {
+    const name = userParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["password"]);
+    await users.setPassword(name, body.password);
+    sendJson(res, 200, users.list().find((u) => u.name === name));
+  });
+  on("DELETE", "/v1/users/:name", "admin", async (_req, res, p) => {
+    await users.deleteUser(userParam(p));
+    sendEmpty(res, 204);
+  });
+  on("POST", "/v1/users/:name/grants", "admin", async (req, res, p) => {
+    const name = userParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["action", "pattern"]);
+    const g = parseGrant(body.action, body.pattern);
+    if (typeof g === "string") throw new NaradError("invalid_argument", `${g}.`);
+    sendJson(res, 201, await users.addGrant(name, g));
+  });
+  on("GET", "/v1/users/:name/grants", "admin", (_req, res, p) => sendJson(res, 200, { grants: users.grants(userParam(p)) }));
+  on("DELETE", "/v1/users/:name/grants", "admin", async (_req, res, p, q) => {
+    const name = userParam(p);
+    const g = parseGrant(q.get("action") ?? undefined, q.get("pattern") ?? undefined);
+    if (typeof g === "string") throw new NaradError("invalid_argument", `${g}.`);
+    await users.revokeGrant(name, g);
+    sendEmpty(res, 204);
   });
 
   const server = createServer({ keepAliveTimeout: opts.keepAliveTimeoutMs, headersTimeout: opts.headersTimeoutMs, requestTimeout: opts.requestTimeoutMs }, (req, res) => {
@@ -337,6 +444,7 @@ function sendEmpty(res: ServerResponse, status: number): void {
 
 function sendError(res: ServerResponse, e: NaradError): void {
   if (e.retryAfterS !== undefined) res.setHeader("retry-after", String(e.retryAfterS));
+  if (e.status === 401) res.setHeader("www-authenticate", 'Basic realm="narad"');
   sendJson(res, e.status, e.toBody());
 }
 

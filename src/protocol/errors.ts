@@ -36,9 +36,12 @@ export const ERRORS = {
   forbidden: { status: 403, definite: true, message: "These credentials do not allow this action." },
   topic_not_found: { status: 404, definite: true, message: "No topic has this name; create it first." },
   partition_not_found: { status: 404, definite: true, message: "The topic has no partition with this number." },
+  user_not_found: { status: 404, definite: true, message: "No user has this name." },
+  grant_not_found: { status: 404, definite: true, message: "The user has no such grant." },
   not_found: { status: 404, definite: true, message: "No such resource." },
   method_not_allowed: { status: 405, definite: true, message: "This path does not take this method." },
   topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
+  user_exists: { status: 409, definite: true, message: "A user with this name exists already." },
   receipt_handle_gone: {
     status: 410,
     definite: false,
@@ -60,6 +63,11 @@ export const ERRORS = {
     status: 429,
     definite: true,
     message: "The node has too many bytes waiting for fsync; retry after the Retry-After seconds.",
+  },
+  too_many_auth_attempts: {
+    status: 429,
+    definite: true,
+    message: "Too many failed logins for this user are waiting; retry after the Retry-After seconds.",
   },
   too_many_waiters: {
     status: 429,

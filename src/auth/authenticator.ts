@@ -1,0 +1,123 @@
+// HTTP Basic authentication against the user store.
+//
+// scrypt costs ~50 ms of CPU by design, far too much for every request, so a successful check
+// is remembered: the cache key is SHA-256 over a per-process secret, the user and the password
+// (the password itself is never kept), and an entry is valid only while the user's generation
+// in the store is unchanged. Deleting a user or changing its password or grants bumps the
+// generation, so a deleted user is locked out on its very next request.
+//
+// Unknown users are checked against a dummy hash, so the answer takes as long as for a real one
+// and does not reveal which names exist.
+//
+// Repeated failures for one user name are slowed down: after `failuresFree` failures within
+// `failureWindowMs`, each further attempt for that name waits until `nextAllowedMs`, which moves
+// out by 100 ms · 2^(failures − failuresFree), at most `slowdownMaxMs`. The wait bounds the guess
+// rate whatever the concurrency; at most `waitingMax` attempts may wait per name (more → 429).
+// A success clears the name's record. The table of names is bounded (`trackedMax`; oldest out).
+
+import { createHash, randomBytes } from "node:crypto";
+import { NaradError } from "../protocol/errors.js";
+import type { Clock } from "../storage/types.js";
+import type { Principal } from "./model.js";
+import { hashPassword, verifyPassword, type UserStore } from "./store.js";
+
+export const AUTH_LIMITS = {
+  failuresFree: 5,
+  failureWindowMs: 15 * 60_000,
+  slowdownBaseMs: 100,
+  slowdownMaxMs: 5000,
+  waitingMax: 16,
+  trackedMax: 10_000,
+  cacheMax: 10_000,
+} as const;
+
+interface FailureRecord {
+  failures: number;
+  lastMs: number;
+  nextAllowedMs: number;
+  waiting: number;
+}
+
+export class Authenticator {
+  private readonly secret = randomBytes(32);
+  private readonly cache = new Map<string, { user: string; generation: number }>();
+  private readonly failures = new Map<string, FailureRecord>();
+  private dummy: Awaited<ReturnType<typeof hashPassword>> | undefined;
+
+  constructor(
+    private readonly store: UserStore,
+    private readonly clock: Clock,
+  ) {}
+
+  private unauthorized(message: string): NaradError {
+    return new NaradError("unauthorized", message);
+  }
+
+  /** Returns the principal of a valid `Authorization: Basic` header, or throws 401 / 429. */
+  async authenticate(header: string | undefined): Promise<Principal> {
+    if (header === undefined || !/^Basic [A-Za-z0-9+/=]+$/i.test(header.trim())) {
+      throw this.unauthorized("Send HTTP Basic credentials (Authorization: Basic ...).");
+    }
+    const decoded = Buffer.from(header.trim().slice(6), "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    if (colon <= 0) throw this.unauthorized("The Basic credentials are malformed; send user:password.");
+    const user = decoded.slice(0, colon);
+    const password = decoded.slice(colon + 1);
+    const key = createHash("sha256").update(this.secret).update(user).update("\0").update(password).digest("base64");
+    const hit = this.cache.get(key);
+    if (hit !== undefined && this.store.generation(hit.user) === hit.generation) {
+      this.cache.delete(key);
+      this.cache.set(key, hit); // most recently used last
+      return { name: user, grants: this.store.grants(user) };
+    }
+    await this.waitTurn(user);
+    const rec = this.store.get(user);
+    const generation = this.store.generation(user);
+    this.dummy ??= await hashPassword(randomBytes(16).toString("hex"));
+    const ok = await verifyPassword(rec?.password ?? this.dummy, password);
+    if (!ok || rec === undefined || generation === undefined || this.store.generation(user) !== generation) {
+      this.recordFailure(user);
+      throw this.unauthorized("The user name or password is wrong.");
+    }
+    this.failures.delete(user);
+    this.cache.set(key, { user, generation });
+    if (this.cache.size > AUTH_LIMITS.cacheMax) this.cache.delete(this.cache.keys().next().value!);
+    return { name: user, grants: this.store.grants(user) };
+  }
+
+  private async waitTurn(user: string): Promise<void> {
+    const f = this.failures.get(user);
+    if (f === undefined || f.failures < AUTH_LIMITS.failuresFree) return;
+    const now = this.clock.monoMs();
+    if (now - f.lastMs > AUTH_LIMITS.failureWindowMs) {
+      this.failures.delete(user);
+      return;
+    }
+    const waitMs = f.nextAllowedMs - now;
+    if (waitMs <= 0) return;
+    if (f.waiting >= AUTH_LIMITS.waitingMax) {
+      throw new NaradError("too_many_auth_attempts", undefined, { retryAfterS: Math.ceil(waitMs / 1000) });
+    }
+    f.waiting++;
+    // One attempt per slot: the next one waits for the slot after this.
+    f.nextAllowedMs += Math.min(AUTH_LIMITS.slowdownBaseMs * 2 ** (f.failures - AUTH_LIMITS.failuresFree), AUTH_LIMITS.slowdownMaxMs);
+    await new Promise((r) => setTimeout(r, waitMs));
+    f.waiting--;
+  }
+
+  private recordFailure(user: string): void {
+    const now = this.clock.monoMs();
+    let f = this.failures.get(user);
+    if (f === undefined) {
+      if (this.failures.size >= AUTH_LIMITS.trackedMax) this.failures.delete(this.failures.keys().next().value!);
+      f = { failures: 0, lastMs: now, nextAllowedMs: now, waiting: 0 };
+      this.failures.set(user, f);
+    }
+    f.failures++;
+    f.lastMs = now;
+    if (f.failures >= AUTH_LIMITS.failuresFree) {
+      const delay = Math.min(AUTH_LIMITS.slowdownBaseMs * 2 ** (f.failures - AUTH_LIMITS.failuresFree), AUTH_LIMITS.slowdownMaxMs);
+      f.nextAllowedMs = Math.max(f.nextAllowedMs, now) + delay;
+    }
+  }
+}
