@@ -1,0 +1,532 @@
+// A partition's ack log: which offsets are settled, durable on the schedule the SPEC sets
+// (written to the OS every ackFlushIntervalMs, fsynced every ackSyncIntervalMs).
+//
+// Acks change memory at once (AckedSet) and are buffered as entries; coalesced, so a run of
+// in-order acks is one "range" entry. The flush step frames the buffered entries as one
+// CRC-protected block and writes it to acks.log; the sync step fdatasyncs the file. In the
+// test-only power-loss mode the flush step moves the block to a process-memory buffer instead and
+// the sync step writes and fsyncs it, so a SIGKILL then forgets what a power loss would.
+//
+// Compaction: once acks.log passes ackLogBytesMax, the whole state is written to acks.snapshot
+// with writeFileAtomic (fsynced, renamed, directory fsynced) and only then is acks.log truncated,
+// so no ack is ever only in a dropped log. Recovery is the snapshot plus a replay of the log;
+// both describe a grow-only set, so replaying entries that the snapshot already holds (a crash
+// between the two steps) is harmless. Every open folds what it recovered into a fresh snapshot and
+// starts an empty log, so new blocks never sit behind a damaged tail.
+//
+// All file work (flush, sync, compaction, close) runs one step at a time on a promise chain;
+// compaction awaits, and a flush must not write into a log that is about to be truncated.
+//
+// acks.log block layout (little-endian):
+//
+//   offset  size  field
+//   0       u32   BLOCK_MAGIC ("NACK")
+//   4       u32   crc32c of bytes [8, 12 + payloadBytes)
+//   8       u32   payloadBytes (a multiple of 16, at most BLOCK_PAYLOAD_BYTES_MAX)
+//   12      ...   entries, 16 bytes each:
+//                   0  u8   kind: 1 = offsets [offset, offset + count) acked, 2 = floor raised to offset
+//                   1  u8×3 zero
+//                   4  u32  count (kind 1), 0 otherwise
+//                   8  u64  offset (u32 low, u32 high)
+//
+// acks.snapshot layout (little-endian):
+//
+//   0       u32   SNAPSHOT_MAGIC ("NAKS")
+//   4       u32   SNAPSHOT_VERSION (1)
+//   8       u64   floor
+//   16      u32   rangeCount
+//   20      16×n  ranges: u64 start, u64 end (exclusive), sorted, disjoint, above the floor
+//   20+16n  u32   crc32c of every byte before it
+
+import assert from "node:assert/strict";
+import fsp from "node:fs/promises";
+import path from "node:path";
+import type { Logger } from "pino";
+import { crc32c } from "@node-rs/crc32";
+import type { AckLog, AckLogOptions } from "./types.js";
+import { AckedSet } from "./acked-set.js";
+import { StorageError } from "./errors.js";
+import {
+  closeAsync,
+  fdatasyncAsync,
+  fsyncDir,
+  ftruncateAsync,
+  isAtomicTempName,
+  openAsync,
+  writeFileAtomic,
+  writeFullySync,
+} from "./files.js";
+
+export const ACK_LOG_FILE = "acks.log";
+export const ACK_SNAPSHOT_FILE = "acks.snapshot";
+
+const BLOCK_MAGIC = 0x4b43414e; // "NACK" as little-endian bytes
+const BLOCK_HEADER_BYTES = 12;
+const ENTRY_BYTES = 16;
+const BLOCK_PAYLOAD_BYTES_MAX = 1024 * 1024;
+const ENTRIES_PER_BLOCK_MAX = BLOCK_PAYLOAD_BYTES_MAX / ENTRY_BYTES;
+const KIND_RANGE = 1;
+const KIND_FLOOR = 2;
+const SNAPSHOT_MAGIC = 0x534b414e; // "NAKS"
+const SNAPSHOT_VERSION = 1;
+const ACK_LOG_BYTES_MAX_DEFAULT = 4 * 1024 * 1024;
+/**
+ * Buffered entries beyond this (the disk keeps failing, or acks arrive faster than any flush)
+ * are dropped from the buffer and the next sync step writes a snapshot instead: memory stays
+ * bounded and no ack is lost, since the snapshot is taken from the in-memory set.
+ */
+const PENDING_ENTRIES_MAX = 1_000_000;
+const TWO_POW_32 = 4294967296;
+const U32_MAX = 0xffffffff;
+
+export interface AckLogRecovery {
+  snapshotLoaded: boolean;
+  /** Why the snapshot could not be used (its acks are forgotten), or null. */
+  snapshotProblem: string | null;
+  blocks: number;
+  entries: number;
+  /** Damaged blocks skipped in the middle of the log. */
+  corruptBlocks: { position: number; bytes: number; reason: string }[];
+  /** Bytes at the end of the log that held no valid block (a torn write). */
+  truncatedBytes: number;
+}
+
+export interface AckLogStats {
+  /** Blocks written to acks.log (in power-loss mode: at sync time). */
+  blocksWritten: number;
+  /** fdatasyncs of acks.log. */
+  syncs: number;
+  compactions: number;
+}
+
+function writeU64(buf: Buffer, value: number, pos: number): void {
+  buf.writeUInt32LE(value >>> 0, pos);
+  buf.writeUInt32LE(Math.floor(value / TWO_POW_32), pos + 4);
+}
+
+/** Reads a u64; -1 when it does not fit a safe integer (only damage produces that). */
+function readU64(buf: Buffer, pos: number): number {
+  const hi = buf.readUInt32LE(pos + 4);
+  if (hi >= 1 << 21) return -1;
+  return hi * TWO_POW_32 + buf.readUInt32LE(pos);
+}
+
+/** Entries waiting for the next flush, as parallel arrays (no object per ack). */
+class EntryBuffer {
+  kinds: number[] = [];
+  offsets: number[] = [];
+  counts: number[] = [];
+
+  get length(): number {
+    return this.kinds.length;
+  }
+
+  pushAck(offset: number): void {
+    const n = this.kinds.length;
+    if (n > 0 && this.kinds[n - 1] === KIND_RANGE && this.offsets[n - 1]! + this.counts[n - 1]! === offset && this.counts[n - 1]! < U32_MAX) {
+      this.counts[n - 1]!++;
+      return;
+    }
+    this.kinds.push(KIND_RANGE);
+    this.offsets.push(offset);
+    this.counts.push(1);
+  }
+
+  pushFloor(offset: number): void {
+    this.kinds.push(KIND_FLOOR);
+    this.offsets.push(offset);
+    this.counts.push(0);
+  }
+
+  clear(): void {
+    this.kinds = [];
+    this.offsets = [];
+    this.counts = [];
+  }
+
+  /** Encodes every entry as one or more blocks, concatenated. Layout: top of this file. */
+  encode(): Buffer {
+    const n = this.kinds.length;
+    const blocks = Math.ceil(n / ENTRIES_PER_BLOCK_MAX);
+    const buf = Buffer.alloc(blocks * BLOCK_HEADER_BYTES + n * ENTRY_BYTES);
+    let pos = 0;
+    for (let first = 0; first < n; first += ENTRIES_PER_BLOCK_MAX) {
+      const last = Math.min(n, first + ENTRIES_PER_BLOCK_MAX);
+      const payloadBytes = (last - first) * ENTRY_BYTES;
+      const blockStart = pos;
+      buf.writeUInt32LE(BLOCK_MAGIC, pos);
+      buf.writeUInt32LE(payloadBytes, pos + 8);
+      pos += BLOCK_HEADER_BYTES;
+      for (let i = first; i < last; i++) {
+        buf[pos] = this.kinds[i]!;
+        buf.writeUInt32LE(this.counts[i]!, pos + 4);
+        writeU64(buf, this.offsets[i]!, pos + 8);
+        pos += ENTRY_BYTES;
+      }
+      buf.writeUInt32LE(crc32c(buf.subarray(blockStart + 8, pos)), blockStart + 4);
+    }
+    assert.equal(pos, buf.length);
+    return buf;
+  }
+}
+
+/** Size of the valid block at buf[pos], or a reason it is not one. */
+function checkBlock(buf: Buffer, pos: number): number | string {
+  if (buf.length - pos < BLOCK_HEADER_BYTES) return "incomplete block header";
+  if (buf.readUInt32LE(pos) !== BLOCK_MAGIC) return "bad block magic";
+  const payloadBytes = buf.readUInt32LE(pos + 8);
+  if (payloadBytes === 0 || payloadBytes % ENTRY_BYTES !== 0 || payloadBytes > BLOCK_PAYLOAD_BYTES_MAX) {
+    return "implausible block length";
+  }
+  const end = pos + BLOCK_HEADER_BYTES + payloadBytes;
+  if (end > buf.length) return "incomplete block";
+  if (crc32c(buf.subarray(pos + 8, end)) !== buf.readUInt32LE(pos + 4)) return "block checksum mismatch";
+  return end - pos;
+}
+
+export function encodeSnapshot(set: AckedSet): Buffer {
+  const buf = Buffer.alloc(20 + set.rangeCount * 16 + 4);
+  buf.writeUInt32LE(SNAPSHOT_MAGIC, 0);
+  buf.writeUInt32LE(SNAPSHOT_VERSION, 4);
+  writeU64(buf, set.floor, 8);
+  buf.writeUInt32LE(set.rangeCount, 16);
+  let pos = 20;
+  set.forEachRange((start, end) => {
+    writeU64(buf, start, pos);
+    writeU64(buf, end, pos + 8);
+    pos += 16;
+  });
+  buf.writeUInt32LE(crc32c(buf.subarray(0, pos)), pos);
+  return buf;
+}
+
+/** Applies a snapshot to `set`; returns a reason when the bytes are not a valid snapshot. */
+export function applySnapshot(buf: Buffer, set: AckedSet): string | null {
+  if (buf.length < 24) return "snapshot too short";
+  if (buf.readUInt32LE(0) !== SNAPSHOT_MAGIC) return "bad snapshot magic";
+  if (buf.readUInt32LE(4) !== SNAPSHOT_VERSION) return "unknown snapshot version";
+  const ranges = buf.readUInt32LE(16);
+  if (buf.length !== 20 + ranges * 16 + 4) return "snapshot size does not match its range count";
+  const crcPos = buf.length - 4;
+  if (crc32c(buf.subarray(0, crcPos)) !== buf.readUInt32LE(crcPos)) return "snapshot checksum mismatch";
+  const floor = readU64(buf, 8);
+  if (floor < 0) return "snapshot floor out of range";
+  set.raiseFloor(floor);
+  for (let i = 0; i < ranges; i++) {
+    const start = readU64(buf, 20 + i * 16);
+    const end = readU64(buf, 28 + i * 16);
+    if (start < 0 || end < 0 || end <= start) return `snapshot range ${i} is malformed`;
+    set.addRange(start, end);
+  }
+  return null;
+}
+
+export class FileAckLog implements AckLog {
+  readonly recovery: AckLogRecovery = {
+    snapshotLoaded: false,
+    snapshotProblem: null,
+    blocks: 0,
+    entries: 0,
+    corruptBlocks: [],
+    truncatedBytes: 0,
+  };
+  readonly stats: AckLogStats = { blocksWritten: 0, syncs: 0, compactions: 0 };
+
+  private readonly log: Logger;
+  private readonly set = new AckedSet();
+  private readonly logPath: string;
+  private readonly snapshotPath: string;
+  private readonly ackLogBytesMax: number;
+  private fd = -1;
+  /** Valid bytes in acks.log: where the next block goes (a failed write is overwritten). */
+  private logBytes = 0;
+  private readonly pending = new EntryBuffer();
+  /** Power-loss mode: blocks "written to the OS" that only the sync step puts in the file. */
+  private heldBlocks: Buffer[] = [];
+  /** Bytes written since the last fdatasync. */
+  private dirty = false;
+  private snapshotNeeded = false;
+  private chain: Promise<void> = Promise.resolve();
+  private flushQueued = false;
+  private syncQueued = false;
+  private flushTimer: NodeJS.Timeout | null = null;
+  private syncTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+  private closePromise: Promise<void> | null = null;
+
+  constructor(
+    readonly dir: string,
+    private readonly opts: AckLogOptions,
+  ) {
+    this.log = opts.logger.child({ module: "storage", component: "ack-log", partitionDir: dir });
+    this.logPath = path.join(dir, ACK_LOG_FILE);
+    this.snapshotPath = path.join(dir, ACK_SNAPSHOT_FILE);
+    this.ackLogBytesMax = opts.ackLogBytesMax ?? ACK_LOG_BYTES_MAX_DEFAULT;
+    if (!(opts.ackFlushIntervalMs > 0) || !(opts.ackSyncIntervalMs > 0)) {
+      throw new RangeError("ackFlushIntervalMs and ackSyncIntervalMs must be > 0");
+    }
+  }
+
+  get floor(): number {
+    return this.set.floor;
+  }
+
+  get ackedAboveFloor(): number {
+    return this.set.ackedAboveFloor;
+  }
+
+  isAcked(offset: number): boolean {
+    return this.set.has(offset);
+  }
+
+  ack(offset: number): void {
+    assert.ok(Number.isSafeInteger(offset) && offset >= 0, `bad offset ${offset}`);
+    if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
+    if (!this.set.add(offset)) return;
+    this.pending.pushAck(offset);
+    this.boundPending();
+  }
+
+  raiseFloor(offset: number): void {
+    assert.ok(Number.isSafeInteger(offset) && offset >= 0, `bad offset ${offset}`);
+    if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
+    if (!this.set.raiseFloor(offset)) return;
+    this.pending.pushFloor(offset);
+    this.boundPending();
+  }
+
+  private boundPending(): void {
+    if (this.pending.length < PENDING_ENTRIES_MAX) return;
+    this.pending.clear();
+    this.snapshotNeeded = true;
+  }
+
+  /** The timer's flush step, callable directly (tests). */
+  runFlushStep(): Promise<void> {
+    return this.enqueue(() => this.flushStep());
+  }
+
+  /** The timer's sync step, callable directly (tests). */
+  runSyncStep(): Promise<void> {
+    return this.enqueue(() => this.syncStep());
+  }
+
+  flushAndSync(): Promise<void> {
+    return this.enqueue(async () => {
+      this.flushStep();
+      await this.syncStep();
+    });
+  }
+
+  close(): Promise<void> {
+    this.closePromise ??= this.closeNow();
+    return this.closePromise;
+  }
+
+  private async closeNow(): Promise<void> {
+    this.closed = true;
+    if (this.flushTimer !== null) clearInterval(this.flushTimer);
+    if (this.syncTimer !== null) clearInterval(this.syncTimer);
+    try {
+      await this.flushAndSync();
+    } finally {
+      if (this.fd >= 0) {
+        const fd = this.fd;
+        this.fd = -1;
+        await closeAsync(fd).catch(() => {});
+      }
+    }
+  }
+
+  private enqueue(step: () => void | Promise<void>): Promise<void> {
+    const run = this.chain.then(step);
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  /** Frames the buffered entries as a block and hands it to the OS (or, power-loss mode, to memory). */
+  private flushStep(): void {
+    if (this.pending.length === 0 || this.fd < 0) return;
+    const block = this.pending.encode();
+    if (this.opts.powerLoss) {
+      this.heldBlocks.push(block);
+    } else {
+      // On failure nothing is cleared and logBytes stays: the next attempt overwrites the partial write.
+      writeFullySync(this.fd, block, 0, block.length, this.logBytes);
+      this.logBytes += block.length;
+      this.dirty = true;
+      this.stats.blocksWritten++;
+    }
+    this.pending.clear();
+  }
+
+  private async syncStep(): Promise<void> {
+    if (this.fd < 0) return;
+    if (this.heldBlocks.length > 0) {
+      const data = this.heldBlocks.length === 1 ? this.heldBlocks[0]! : Buffer.concat(this.heldBlocks);
+      writeFullySync(this.fd, data, 0, data.length, this.logBytes);
+      this.logBytes += data.length;
+      this.dirty = true;
+      this.stats.blocksWritten += this.heldBlocks.length;
+      this.heldBlocks = [];
+    }
+    if (this.dirty) {
+      this.dirty = false;
+      try {
+        await fdatasyncAsync(this.fd);
+      } catch (err) {
+        this.dirty = true;
+        throw err;
+      }
+      this.stats.syncs++;
+    }
+    if (this.snapshotNeeded || this.logBytes > this.ackLogBytesMax) await this.compact();
+  }
+
+  /** Snapshot first (durable), then drop the log: an ack is always in one of the two. */
+  private async compact(): Promise<void> {
+    const snapshot = encodeSnapshot(this.set);
+    await writeFileAtomic(this.snapshotPath, snapshot);
+    this.snapshotNeeded = false;
+    // Blocks not yet in the file (power-loss mode) are covered by the snapshot; they are still
+    // written later, harmlessly, since replaying an ack twice changes nothing.
+    await ftruncateAsync(this.fd, 0);
+    this.logBytes = 0;
+    await fdatasyncAsync(this.fd);
+    this.dirty = false;
+    this.stats.compactions++;
+    this.log.debug({ snapshotBytes: snapshot.length, floor: this.set.floor, ranges: this.set.rangeCount }, "ack log compacted");
+  }
+
+  private startTimers(): void {
+    this.flushTimer = setInterval(() => {
+      if (this.flushQueued) return;
+      this.flushQueued = true;
+      this.enqueue(() => {
+        this.flushQueued = false;
+        this.flushStep();
+      }).catch((err: unknown) => this.log.error({ err }, "writing acks failed; retrying at the next flush"));
+    }, this.opts.ackFlushIntervalMs);
+    this.flushTimer.unref();
+    this.syncTimer = setInterval(() => {
+      if (this.syncQueued) return;
+      this.syncQueued = true;
+      this.enqueue(async () => {
+        this.syncQueued = false;
+        await this.syncStep();
+      }).catch((err: unknown) => this.log.error({ err }, "syncing acks failed; retrying at the next sync"));
+    }, this.opts.ackSyncIntervalMs);
+    this.syncTimer.unref();
+  }
+
+  async recover(): Promise<void> {
+    if (this.opts.powerLoss) this.log.warn("TEST-ONLY power-loss mode: unsynced acks are kept in process memory");
+    await fsp.mkdir(this.dir, { recursive: true });
+    for (const name of await fsp.readdir(this.dir)) {
+      // A snapshot write that died before its rename; the old snapshot is still in place.
+      if (name.startsWith(`${ACK_SNAPSHOT_FILE}.`) && isAtomicTempName(name)) {
+        await fsp.unlink(path.join(this.dir, name)).catch(() => {});
+      }
+    }
+    let snapshot: Buffer | null = null;
+    try {
+      snapshot = await fsp.readFile(this.snapshotPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+    if (snapshot !== null) {
+      const problem = applySnapshot(snapshot, this.set);
+      if (problem === null) this.recovery.snapshotLoaded = true;
+      else {
+        this.recovery.snapshotProblem = problem;
+        this.log.error({ problem }, "ack snapshot is damaged; acks it held are forgotten and those messages come back");
+      }
+    }
+
+    let logData: Buffer | null = null;
+    try {
+      logData = await fsp.readFile(this.logPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+    if (logData !== null && logData.length > 0) this.replay(logData);
+
+    let created = false;
+    try {
+      this.fd = await openAsync(this.logPath, "r+");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+      this.fd = await openAsync(this.logPath, "w+");
+      created = true;
+    }
+    if (created) await fsyncDir(this.dir);
+    if ((logData !== null && logData.length > 0) || this.recovery.snapshotProblem !== null) await this.compact();
+    const damaged =
+      this.recovery.snapshotProblem !== null || this.recovery.corruptBlocks.length > 0 || this.recovery.truncatedBytes > 0;
+    this.log[damaged ? "warn" : "debug"](
+      { ...this.recovery, floor: this.set.floor, ackedAboveFloor: this.set.ackedAboveFloor },
+      "ack log recovered",
+    );
+    this.startTimers();
+  }
+
+  /** Applies every valid block; skips damaged ones (resyncing on the next valid block). */
+  private replay(buf: Buffer): void {
+    let pos = 0;
+    while (pos < buf.length) {
+      const r = checkBlock(buf, pos);
+      if (typeof r === "number") {
+        this.applyBlock(buf, pos, r);
+        pos += r;
+        continue;
+      }
+      let next = -1;
+      for (let q = buf.indexOf(MAGIC_BYTES, pos + 1); q >= 0; q = buf.indexOf(MAGIC_BYTES, q + 1)) {
+        if (typeof checkBlock(buf, q) === "number") {
+          next = q;
+          break;
+        }
+      }
+      if (next < 0) {
+        this.recovery.truncatedBytes = buf.length - pos;
+        this.log.warn({ position: pos, bytes: buf.length - pos, reason: r }, "ack log ends in a torn or damaged tail");
+        return;
+      }
+      this.recovery.corruptBlocks.push({ position: pos, bytes: next - pos, reason: r });
+      this.log.warn({ position: pos, bytes: next - pos, reason: r }, "skipping a damaged ack log block; its acks are forgotten");
+      pos = next;
+    }
+  }
+
+  private applyBlock(buf: Buffer, pos: number, size: number): void {
+    this.recovery.blocks++;
+    for (let e = pos + BLOCK_HEADER_BYTES; e < pos + size; e += ENTRY_BYTES) {
+      const kind = buf[e];
+      const count = buf.readUInt32LE(e + 4);
+      const offset = readU64(buf, e + 8);
+      this.recovery.entries++;
+      if (offset < 0) continue;
+      if (kind === KIND_RANGE) this.set.addRange(offset, offset + count);
+      else if (kind === KIND_FLOOR) this.set.raiseFloor(offset);
+      else this.log.warn({ kind }, "unknown ack log entry kind ignored");
+    }
+  }
+}
+
+const MAGIC_BYTES = (() => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(BLOCK_MAGIC, 0);
+  return b;
+})();
+
+/** Opens (creating if needed) and recovers the ack log of the partition in `dir`. */
+export async function openAckLog(dir: string, opts: AckLogOptions): Promise<FileAckLog> {
+  const log = new FileAckLog(dir, opts);
+  try {
+    await log.recover();
+  } catch (err) {
+    await log.close().catch(() => {});
+    throw err;
+  }
+  return log;
+}

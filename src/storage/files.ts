@@ -1,0 +1,107 @@
+// File helpers shared by the partition log and the ack log.
+//
+// writeFileAtomic is the one way small metadata files (topic metadata, segment indexes, ack
+// snapshots) are replaced: readers see either the old content or the new, never a mix, and once
+// the promise resolves the new content survives a power loss. That needs four steps: write a temp
+// file, fsync it (data before name), rename over the target, fsync the directory (the rename
+// itself lives in the directory).
+//
+// The callback-style wrappers exist because the hot path (group commit) wants exactly one libuv
+// threadpool job per fdatasync and nothing else; fs/promises' FileHandle adds its own bookkeeping.
+
+import fs from "node:fs";
+import fsp from "node:fs/promises";
+import path from "node:path";
+import { randomBytes } from "node:crypto";
+
+export async function writeFileAtomic(filePath: string, data: string | Buffer): Promise<void> {
+  const tmp = `${filePath}.${randomBytes(6).toString("hex")}.tmp`;
+  let handle: fsp.FileHandle | null = await fsp.open(tmp, "wx", 0o644);
+  try {
+    await handle.writeFile(data);
+    await handle.sync();
+    await handle.close();
+    handle = null;
+    await fsp.rename(tmp, filePath);
+  } catch (err) {
+    if (handle !== null) await handle.close().catch(() => {});
+    await fsp.unlink(tmp).catch(() => {});
+    throw err;
+  }
+  await fsyncDir(path.dirname(filePath));
+}
+
+/** True for the temp files writeFileAtomic leaves behind when the process dies mid-way. */
+export function isAtomicTempName(name: string): boolean {
+  return /\.[0-9a-f]{12}\.tmp$/.test(name);
+}
+
+/** Makes creations, renames and removals of entries in `dir` durable. */
+export async function fsyncDir(dir: string): Promise<void> {
+  const fd = await openAsync(dir, "r");
+  try {
+    await fsyncAsync(fd);
+  } finally {
+    await closeAsync(fd);
+  }
+}
+
+export function openAsync(p: string, flags: string): Promise<number> {
+  return new Promise((resolve, reject) => fs.open(p, flags, (err, fd) => (err ? reject(err) : resolve(fd))));
+}
+
+export function closeAsync(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fs.close(fd, (err) => (err ? reject(err) : resolve())));
+}
+
+export function fsyncAsync(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
+}
+
+export function fdatasyncAsync(fd: number): Promise<void> {
+  return new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+}
+
+export function ftruncateAsync(fd: number, lengthBytes: number): Promise<void> {
+  return new Promise((resolve, reject) => fs.ftruncate(fd, lengthBytes, (err) => (err ? reject(err) : resolve())));
+}
+
+export function fstatSizeAsync(fd: number): Promise<number> {
+  return new Promise((resolve, reject) => fs.fstat(fd, (err, st) => (err ? reject(err) : resolve(st.size))));
+}
+
+/**
+ * Reads `length` bytes at file position `position` into buf[offset..]; fewer only at end of file.
+ * Returns the number of bytes read.
+ */
+export async function readFullyAt(
+  fd: number,
+  buf: Buffer,
+  offset: number,
+  length: number,
+  position: number,
+): Promise<number> {
+  let done = 0;
+  while (done < length) {
+    const n = await new Promise<number>((resolve, reject) =>
+      fs.read(fd, buf, offset + done, length - done, position + done, (err, bytesRead) =>
+        err ? reject(err) : resolve(bytesRead),
+      ),
+    );
+    if (n === 0) break;
+    done += n;
+  }
+  return done;
+}
+
+/** Writes buf[start, end) at file position `position`, looping over short writes. */
+export function writeFullySync(fd: number, buf: Buffer, start: number, end: number, position: number): void {
+  let off = start;
+  let pos = position;
+  while (off < end) {
+    const n = fs.writeSync(fd, buf, off, end - off, pos);
+    if (n <= 0) throw new Error(`short write: wrote ${n} of ${end - off} bytes`);
+    off += n;
+    pos += n;
+  }
+}
