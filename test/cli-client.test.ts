@@ -239,6 +239,55 @@ describe("narad client commands", () => {
     }
   });
 
+  it("user and grant commands with credentials from flags and the environment (security on)", async (t) => {
+    const adminPassword = "cli-admin-secret";
+    const secured = await startNode({ dev: false, env: { NARAD_ADMIN_PASSWORD: adminPassword } }).catch(() => undefined);
+    if (!secured) return t.skip("the node does not start with security on yet");
+    try {
+      const asAdmin = { NARAD_URL: secured.url, NARAD_USER: "admin", NARAD_PASSWORD: adminPassword };
+      const noCreds = await narad(["topic", "list", "--url", secured.url]);
+      assert.equal(noCreds.code, 1);
+      assertErrorLine(noCreds.stderr, "unauthorized");
+
+      const added = await narad(["user", "add", "bob"], { env: asAdmin, input: "bob-password\n" });
+      assert.equal(added.code, 0, added.stderr);
+      assert.equal(added.stdout, "created user bob\n");
+      const listed = await narad(["user", "list", "--json"], { env: asAdmin });
+      assert.deepEqual((JSON.parse(listed.stdout) as { users: { name: string }[] }).users.map((u) => u.name).sort(), ["admin", "bob"]);
+
+      const g = await narad(["grant", "add", "bob", "create", "bob-*"], { env: asAdmin });
+      assert.equal(g.code, 0, g.stderr);
+      const g2 = await narad(["grant", "add", "bob", "produce", "bob-*", "--json"], { env: asAdmin });
+      assert.deepEqual(JSON.parse(g2.stdout), { action: "produce", pattern: "bob-*" });
+      const grants = await narad(["grant", "list", "bob"], { env: asAdmin });
+      assert.match(grants.stdout, /^ACTION\s+PATTERN\ncreate\s+bob-\*\nproduce\s+bob-\*\n$/);
+
+      // Bob's credentials as flags, beating the admin's in the environment.
+      const asBob = ["--user", "bob", "--password", "bob-password"];
+      const created = await narad(["topic", "create", "bob-1", ...asBob], { env: asAdmin });
+      assert.equal(created.code, 0, created.stderr);
+      const forbidden = await narad(["topic", "create", "alice-1", ...asBob], { env: asAdmin });
+      assert.equal(forbidden.code, 1);
+      assertErrorLine(forbidden.stderr, "forbidden");
+
+      const revoked = await narad(["grant", "revoke", "bob", "create", "bob-*"], { env: asAdmin });
+      assert.equal(revoked.code, 0, revoked.stderr);
+      const after = await narad(["grant", "list", "bob", "--json"], { env: asAdmin });
+      assert.deepEqual(JSON.parse(after.stdout), { grants: [{ action: "produce", pattern: "bob-*" }] });
+      const badAction = await narad(["grant", "add", "bob", "fly", "x"], { env: asAdmin });
+      assert.equal(badAction.code, 2);
+
+      const deleted = await narad(["user", "delete", "bob"], { env: asAdmin });
+      assert.equal(deleted.code, 0, deleted.stderr);
+      const gone = await narad(["grant", "list", "bob"], { env: asAdmin });
+      assert.equal(gone.code, 1);
+      assertErrorLine(gone.stderr, "user_not_found");
+    } finally {
+      await secured.stop();
+      await removeDir(secured.dataDir);
+    }
+  });
+
   it("an unreachable URL is exit 4, a bad flag exit 2, and --url beats NARAD_URL", async () => {
     const dead = `http://127.0.0.1:${await freePort()}`;
     const r = await narad(["topic", "list", "--url", dead]);

@@ -228,7 +228,7 @@ describe("SDK against a real node", () => {
       );
       assert.equal(got.length, 7);
       assert.deepEqual(got.map((m) => m.text()).sort(), Array.from({ length: 7 }, (_, i) => `b${i}`));
-      assert.ok(got.every((m) => m.deliveryCount === 1 && m.topic === topic));
+      assert.ok(got.every((m) => m.deliveryCount === 1 && m.topic === topic && m.owner === node.nodeId && !!m.ownerBoot));
 
       const handles = got.map((m) => m.receiptHandle);
       const first = await client.ackBatch(topic, handles);
@@ -452,7 +452,8 @@ describe("SDK against a real node", () => {
           throw err;
         }
         assert.equal(user.name, "alice");
-        assert.ok((await admin.listUsers()).some((u) => u.name === "alice"));
+        const listed = await admin.listUsers();
+        assert.deepEqual(listed.map((u) => u.name).sort(), ["admin", "alice"]);
         const g = await admin.addGrant("alice", { action: "produce", pattern: "orders-*" });
         assert.deepEqual(g, { action: "produce", pattern: "orders-*" });
         assert.deepEqual(await admin.listGrants("alice"), [{ action: "produce", pattern: "orders-*" }]);
@@ -464,7 +465,14 @@ describe("SDK against a real node", () => {
         const alice = new Narad({ url: secured.url, user: "alice", password: "alice-pw" });
         const forbidden = await rejectsWith(alice.listUsers(), NaradRequestError);
         assert.equal(forbidden.status, 403);
+        assert.equal(forbidden.definite, true);
+        await alice.setUserPassword("alice", "alice-pw-2");
         await alice.destroy();
+        const aliceOld = new Narad({ url: secured.url, user: "alice", password: "alice-pw" });
+        assert.equal((await rejectsWith(aliceOld.createTopic({ name: "orders-1" }), NaradRequestError)).status, 401);
+        await aliceOld.destroy();
+        const dupUser = await rejectsWith(admin.createUser({ name: "alice", password: "whatever-pw" }), NaradRequestError);
+        assert.equal(dupUser.status, 409);
 
         await admin.revokeGrant("alice", { action: "produce", pattern: "orders-*" });
         assert.deepEqual(await admin.listGrants("alice"), []);

@@ -198,7 +198,24 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal(await consume(topic), null, "the refused message must not be stored");
       const rep = (await (await req("GET", `/v1/topics/${topic}/partitions/0/messages`)).json()) as Json;
       assert.equal(rep.end_offset, 1);
+      // Without a Content-Length (chunked), the node counts as it reads and stops at the limit.
+      let sent = 0;
+      const chunk = randomBytes(64 * 1024);
+      const stream = new ReadableStream<Uint8Array>({
+        pull(c) {
+          if (sent >= 64 * 1024 * 1024) return c.close();
+          sent += chunk.length;
+          c.enqueue(chunk);
+        },
+      });
+      const chunked = await fetch(url() + `/v1/topics/${topic}/messages`, { method: "POST", body: stream, duplex: "half" } as RequestInit).catch((e: Error) => e);
+      if (chunked instanceof Response) {
+        assert.equal(chunked.status, 413);
+        assert.equal(await errorCode(chunked), "payload_too_large");
+      }
+      assert.ok(sent < 64 * 1024 * 1024, "the node stopped reading long before the end of a 64 MiB body");
       assert.equal((await req("GET", "/healthz")).status, 200);
+      assert.equal(await consume(topic), null);
     });
 
     test("keys pick one partition; no key goes round the partitions", async () => {

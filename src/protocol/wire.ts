@@ -213,6 +213,11 @@ export interface CreateUserRequest {
 
 export interface UserJson {
   name: string;
+  created_at?: number;
+}
+
+export interface UpdateUserRequest {
+  password: string;
 }
 
 export interface UsersResponse {

@@ -1,0 +1,115 @@
+// Output of the client commands. People get short aligned text; `--json` gets one JSON value per
+// line with the API's own snake_case names, so a script can switch between curl and the CLI.
+
+import type { Message, ReplayedMessage, Topic } from "../client/index.js";
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** The payload as text when it is valid UTF-8, else undefined. */
+export function asUtf8(payload: Uint8Array): string | undefined {
+  try {
+    return utf8.decode(payload);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A payload on one line for people: text with control characters escaped, or base64 for binary. */
+export function printable(payload: Uint8Array): string {
+  const s = asUtf8(payload);
+  if (s === undefined) return `base64:${Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString("base64")}`;
+  // eslint-disable-next-line no-control-regex
+  return /[\u0000-\u001f\u007f]/.test(s) ? JSON.stringify(s).slice(1, -1) : s;
+}
+
+export function topicJson(t: Topic): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    name: t.name,
+    partitions: t.partitions,
+    visibility_timeout_ms: t.visibilityTimeoutMs,
+    retention_ms: t.retentionMs,
+    owner: t.owner,
+    children: t.children.map((c) => (c.delayMs === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delayMs })),
+  };
+  if (t.createdAt !== undefined) out.created_at = t.createdAt;
+  if (t.placement !== undefined) out.placement = t.placement;
+  return out;
+}
+
+export function topicSummary(t: Topic): string {
+  return `${t.partitions} partitions, visibility timeout ${t.visibilityTimeoutMs} ms, retention ${t.retentionMs} ms`;
+}
+
+export function topicDescription(t: Topic): string {
+  const lines: [string, string][] = [
+    ["name", t.name],
+    ["partitions", String(t.partitions)],
+    ["visibility timeout", `${t.visibilityTimeoutMs} ms`],
+    ["retention", `${t.retentionMs} ms (${humanMs(t.retentionMs)})`],
+    ["owner", t.owner ?? "-"],
+  ];
+  if (t.createdAt !== undefined) lines.push(["created", new Date(t.createdAt).toISOString()]);
+  lines.push([
+    "children",
+    t.children.length === 0 ? "-" : t.children.map((c) => `${c.topic} (${c.kind}${c.delayMs !== undefined ? `, ${c.delayMs} ms` : ""})`).join(", "),
+  ]);
+  if (t.placement !== undefined) {
+    lines.push(["placement", t.placement.map((p) => `${p.partition}→${p.node}@${p.epoch}`).join(" ")]);
+  }
+  const w = Math.max(...lines.map(([k]) => k.length));
+  return lines.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join("\n") + "\n";
+}
+
+/** Rows as aligned columns, a header first. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const fmt = (r: string[]) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ");
+  return [fmt(header), ...rows.map(fmt)].join("\n") + "\n";
+}
+
+export function messageJson(m: Message, acked: boolean): string {
+  const o: Record<string, unknown> = {
+    topic: m.topic,
+    partition: m.partition,
+    offset: m.offset,
+    key: m.key,
+    delivery_count: m.deliveryCount,
+    produced_at: m.producedAt,
+    receipt_handle: m.receiptHandle,
+    owner: m.owner,
+    owner_boot: m.ownerBoot,
+    acked,
+    payload_base64: m.payload.toString("base64"),
+  };
+  const text = asUtf8(m.payload);
+  if (text !== undefined) o.payload = text;
+  return JSON.stringify(o) + "\n";
+}
+
+export function replayedJson(m: ReplayedMessage): string {
+  const o: Record<string, unknown> = {
+    partition: m.partition,
+    offset: m.offset,
+    key: m.key,
+    produced_at: m.producedAt,
+    payload_base64: m.payload.toString("base64"),
+  };
+  const text = asUtf8(m.payload);
+  if (text !== undefined) o.payload = text;
+  return JSON.stringify(o) + "\n";
+}
+
+export function replayedLine(m: ReplayedMessage): string {
+  return `${m.offset}\t${m.key === null ? "-" : printable(Buffer.from(m.key))}\t${new Date(m.producedAt).toISOString()}\t${printable(m.payload)}\n`;
+}
+
+function humanMs(ms: number): string {
+  const units: [number, string][] = [
+    [86_400_000, "d"],
+    [3_600_000, "h"],
+    [60_000, "min"],
+    [1000, "s"],
+  ];
+  for (const [size, name] of units) if (ms >= size && ms % size === 0) return `${ms / size} ${name}`;
+  return `${ms} ms`;
+}

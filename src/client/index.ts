@@ -1,0 +1,33 @@
+// narad/client: the TypeScript SDK of Narad's HTTP API v1. See docs/client.md.
+//
+// The one public entry of the SDK. It depends on src/protocol only (wire types and the error
+// table), never on server code, so it can be published and used on its own.
+
+export {
+  Narad,
+  Message,
+  type ConsumeOptions,
+  type ConsumeBatchOptions,
+  type MessagesOptions,
+  type AutoExtendOptions,
+  type ReplayOptions,
+} from "./narad.js";
+export { NaradClientError, NaradRequestError, NaradGoneError, NaradAmbiguousError, NaradConnectionError } from "./errors.js";
+export type {
+  NaradOptions,
+  Topic,
+  TopicChild,
+  PartitionPlacement,
+  CreateTopicOptions,
+  UpdateTopicOptions,
+  ProduceResult,
+  ProduceMessage,
+  ReplayedMessage,
+  ReplayPage,
+  AckStatus,
+  User,
+  Grant,
+  GrantAction,
+} from "./types.js";
+export { ERRORS, type ErrorCode } from "../protocol/errors.js";
+export { LIMITS, DEFAULTS } from "../protocol/wire.js";

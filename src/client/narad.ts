@@ -1,0 +1,767 @@
+// The Narad SDK: a thin, typed layer over HTTP API v1 (docs/api.md).
+//
+// Design notes
+// - One undici Pool per client, keep-alive, pipelining 1: a request never waits behind another
+//   request's response on the same socket, so a long poll cannot delay a produce that shares the
+//   pool (as long as `connections` leaves room). Header objects and topic paths are built once
+//   and reused; the hot paths (produce, consume, ack) allocate little beyond the request itself.
+// - Every failure is a typed error that says whether the operation certainly did not happen
+//   (`definite`) or may have (src/client/errors.ts). The SDK never retries a request on its own:
+//   only the caller knows whether a duplicate produce is acceptable. The two loops that must keep
+//   going (messages(), autoExtend()) retry only what is safe to retry: consumes and extends.
+// - Timeouts ride on undici's headers/body timeouts (no timer per request of our own); a long
+//   poll adds its wait to the request timeout so the client never gives up before the server does.
+// - Imports only src/protocol: the SDK judges the broker from outside, like the toolkit does.
+
+import { Pool } from "undici";
+import type { Dispatcher } from "undici";
+import {
+  API_PREFIX,
+  BATCH_BINARY_TYPE,
+  DEFAULTS,
+  HEADERS,
+  LIMITS,
+  encodeBinaryBatch,
+  type AckBatchResult,
+  type BatchProduceRequest,
+  type BatchProduceResponse,
+  type ConsumeBatchResponse,
+  type ConsumedMessageJson,
+  type CreateTopicRequest,
+  type GrantJson,
+  type GrantRequest,
+  type GrantsResponse,
+  type ReplayResponse,
+  type TopicJson,
+  type TopicsResponse,
+  type UpdateTopicRequest,
+  type UpdateUserRequest,
+  type UserJson,
+  type UsersResponse,
+} from "../protocol/wire.js";
+import {
+  NaradAmbiguousError,
+  NaradClientError,
+  NaradConnectionError,
+  NaradGoneError,
+  NaradRequestError,
+  errorFromResponse,
+  errorFromTransport,
+} from "./errors.js";
+import type {
+  AckStatus,
+  CreateTopicOptions,
+  Grant,
+  GrantAction,
+  NaradOptions,
+  ProduceMessage,
+  ProduceResult,
+  ReplayPage,
+  ReplayedMessage,
+  Topic,
+  UpdateTopicOptions,
+  User,
+} from "./types.js";
+
+type HeaderMap = Record<string, string>;
+type Method = "GET" | "POST" | "PATCH" | "DELETE";
+
+const REQUEST_TIMEOUT_MS_DEFAULT = 30_000;
+const CONNECTIONS_DEFAULT = 64;
+/** Cached per-topic paths and visibility timeouts; past this many topics the caches start over. */
+const TOPIC_CACHE_MAX = 1024;
+/** messages(): consecutive retryable consume failures before the iterator gives up and throws. */
+const MESSAGES_ERRORS_MAX_DEFAULT = 30;
+const RETRY_BACKOFF_MS_MIN = 100;
+const RETRY_BACKOFF_MS_MAX = 5_000;
+/** autoExtend(): never extend more often than this, whatever the visibility timeout. */
+const EXTEND_INTERVAL_MS_MIN = 5;
+
+/** A leased message. Settle it with ack(), extend() or nack() before the visibility timeout ends. */
+export class Message {
+  readonly #client: Narad;
+
+  constructor(
+    client: Narad,
+    readonly topic: string,
+    /** The message bytes, exactly as produced. */
+    readonly payload: Buffer,
+    readonly key: string | null,
+    readonly partition: number,
+    readonly offset: number,
+    /** 1 on the first delivery; grows with every redelivery. */
+    readonly deliveryCount: number,
+    /** Milliseconds since the epoch, set by the owner when the message was stored. */
+    readonly producedAt: number,
+    /** Opaque lease token; each delivery gets a new one and older ones stop working. */
+    readonly receiptHandle: string,
+    /** Node id that owns the partition and holds the lease. */
+    readonly owner: string | null,
+    /** Boot id of that node: it changes at every process start. */
+    readonly ownerBoot: string | null,
+  ) {
+    this.#client = client;
+  }
+
+  /** The payload decoded as UTF-8. */
+  text(): string {
+    return this.payload.toString("utf8");
+  }
+
+  /** See Narad.ack. */
+  ack(): Promise<void> {
+    return this.#client.ack(this.topic, this.receiptHandle);
+  }
+
+  /** See Narad.extend. */
+  extend(): Promise<void> {
+    return this.#client.extend(this.topic, this.receiptHandle);
+  }
+
+  /** See Narad.nack. */
+  nack(): Promise<void> {
+    return this.#client.nack(this.topic, this.receiptHandle);
+  }
+}
+
+export interface ConsumeOptions {
+  /** Long poll: wait up to this long for a message (0..20 000). Default 0 (answer at once). */
+  waitMs?: number;
+  /** Aborting ends the wait with a NaradAmbiguousError (`aborted`). */
+  signal?: AbortSignal;
+}
+
+export interface ConsumeBatchOptions extends ConsumeOptions {
+  /** 1..100, default 10. */
+  maxMessages?: number;
+}
+
+export interface MessagesOptions {
+  /** Long poll of each consume; default 20 000 (the most the server allows). */
+  waitMs?: number;
+  /** Messages leased per request; 1 (default) uses single consumes, more uses consume batches. */
+  batch?: number;
+  /** Aborting ends the iteration quietly; leased messages not yet yielded are nacked. */
+  signal?: AbortSignal;
+  /** Consecutive retryable failures (429, 503, network) before the iterator throws. Default 30. */
+  maxConsecutiveErrors?: number;
+}
+
+export interface AutoExtendOptions {
+  /** How often to extend; default a third of the topic's visibility timeout. */
+  intervalMs?: number;
+}
+
+export interface ReplayOptions {
+  /** First offset wanted; below the earliest retained, the page starts at the earliest. Default 0. */
+  offset?: number;
+  /** Page size; default 100, above 1000 is read as 1000. */
+  limit?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * A client of one Narad node (or cluster: any node forwards to the owner).
+ *
+ * Errors: every method rejects with a subclass of {@link NaradClientError}:
+ * - {@link NaradRequestError}: the server refused (`definite` from the error table: 400, 401, 403,
+ *   404, 409, 413, 429, 503 are definite; retry 429/503 after `retryAfterS`).
+ * - {@link NaradGoneError} (a NaradRequestError, 410): only ack/extend/nack.
+ * - {@link NaradAmbiguousError}: no usable answer; it may have happened.
+ * - {@link NaradConnectionError}: could not connect; nothing was sent.
+ * Reads (list, get, replay) may be retried on any error.
+ */
+export class Narad {
+  readonly url: string;
+  readonly #pool: Pool;
+  readonly #base: string;
+  readonly #requestTimeoutMs: number;
+  readonly #hNone: HeaderMap;
+  readonly #hJson: HeaderMap;
+  readonly #hOctet: HeaderMap;
+  readonly #hBatch: HeaderMap;
+  readonly #topicPaths = new Map<string, string>();
+  readonly #visibilityMs = new Map<string, number>();
+
+  constructor(opts: NaradOptions) {
+    const u = new URL(opts.url);
+    if (u.protocol !== "http:" && u.protocol !== "https:") {
+      throw new TypeError(`Narad: url must be http:// or https://, got ${opts.url}`);
+    }
+    this.url = opts.url;
+    this.#base = u.pathname.replace(/\/+$/, "") + API_PREFIX;
+    this.#requestTimeoutMs = opts.requestTimeoutMs ?? REQUEST_TIMEOUT_MS_DEFAULT;
+    const user = opts.user ?? (u.username ? decodeURIComponent(u.username) : undefined);
+    const password = opts.user !== undefined ? (opts.password ?? "") : u.password ? decodeURIComponent(u.password) : "";
+    const auth: HeaderMap = user !== undefined ? { authorization: `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}` } : {};
+    this.#hNone = auth;
+    this.#hJson = { ...auth, "content-type": "application/json" };
+    this.#hOctet = { ...auth, "content-type": "application/octet-stream" };
+    this.#hBatch = { ...auth, "content-type": BATCH_BINARY_TYPE };
+    this.#pool = new Pool(u.origin, {
+      connections: opts.connections ?? CONNECTIONS_DEFAULT,
+      pipelining: 1,
+      headersTimeout: this.#requestTimeoutMs,
+      bodyTimeout: this.#requestTimeoutMs,
+    });
+  }
+
+  /** Closes the connections after in-flight requests finish (a waiting long poll delays it). */
+  close(): Promise<void> {
+    return this.#pool.close();
+  }
+
+  /** Closes the connections at once; in-flight requests fail with NaradAmbiguousError. */
+  destroy(): Promise<void> {
+    return this.#pool.destroy();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  // ---------------------------------------------------------------- topics
+
+  /**
+   * Creates a topic. Throws NaradRequestError `topic_exists` (409), `invalid_topic_name` or
+   * `invalid_argument` (400). On NaradAmbiguousError retry: a 409 then means the first try worked.
+   */
+  async createTopic(opts: CreateTopicOptions): Promise<Topic> {
+    const body: CreateTopicRequest = { name: opts.name };
+    if (opts.partitions !== undefined) body.partitions = opts.partitions;
+    if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = opts.visibilityTimeoutMs;
+    if (opts.retentionMs !== undefined) body.retention_ms = opts.retentionMs;
+    const res = await this.#call("POST", `${this.#base}/topics`, this.#hJson, JSON.stringify(body), "create topic");
+    return toTopic((await res.body.json()) as TopicJson);
+  }
+
+  /** Lists every topic. A read: safe to retry on any error. */
+  async listTopics(): Promise<Topic[]> {
+    const res = await this.#call("GET", `${this.#base}/topics`, this.#hNone, undefined, "list topics");
+    return ((await res.body.json()) as TopicsResponse).topics.map(toTopic);
+  }
+
+  /** One topic; NaradRequestError `topic_not_found` (404) if none. A read: safe to retry. */
+  async getTopic(name: string): Promise<Topic> {
+    const res = await this.#call("GET", this.#topicPath(name), this.#hNone, undefined, "get topic");
+    const t = toTopic((await res.body.json()) as TopicJson);
+    this.#rememberVisibility(t.name, t.visibilityTimeoutMs);
+    return t;
+  }
+
+  /**
+   * Raises partitions (never lowers: `partitions_decrease`, 400) and changes the visibility timeout
+   * and retention. Setting absolute values, it is safe to retry after a NaradAmbiguousError.
+   */
+  async updateTopic(name: string, opts: UpdateTopicOptions): Promise<Topic> {
+    const body: UpdateTopicRequest = {};
+    if (opts.partitions !== undefined) body.partitions = opts.partitions;
+    if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = opts.visibilityTimeoutMs;
+    if (opts.retentionMs !== undefined) body.retention_ms = opts.retentionMs;
+    this.#visibilityMs.delete(name);
+    const res = await this.#call("PATCH", this.#topicPath(name), this.#hJson, JSON.stringify(body), "update topic");
+    const t = toTopic((await res.body.json()) as TopicJson);
+    this.#rememberVisibility(t.name, t.visibilityTimeoutMs);
+    return t;
+  }
+
+  /** Deletes a topic and its messages. After a NaradAmbiguousError, a retry's 404 means it worked. */
+  async deleteTopic(name: string): Promise<void> {
+    this.#visibilityMs.delete(name);
+    const res = await this.#call("DELETE", this.#topicPath(name), this.#hNone, undefined, "delete topic");
+    await res.body.dump();
+  }
+
+  // ---------------------------------------------------------------- produce
+
+  /**
+   * Produces one message; resolves once it is durable (fsynced on the owner).
+   *
+   * Throws NaradRequestError for a refusal, which never gets delivered later: `topic_not_found`
+   * (404), `payload_too_large` (413), `overloaded` (429: retry after `retryAfterS`), `unavailable`
+   * (503: retry shortly). Throws NaradAmbiguousError when the answer was lost: the message may be
+   * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
+   */
+  async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<ProduceResult> {
+    const tp = this.#topicPath(topic);
+    const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
+    const res = await this.#call("POST", path, this.#hOctet, payload, "produce");
+    return (await res.body.json()) as ProduceResult;
+  }
+
+  /**
+   * Produces many messages in one request: one fsync and one 202 for all, results in request
+   * order. The compact binary encoding is used unless `encoding: "json"`. Any message over 1 MiB,
+   * or a batch over the batch limit (LIMITS.batchBodyBytesMax, LIMITS.batchMessagesMax), refuses
+   * the whole batch (413). Errors as for produce(); an ambiguous batch may be stored entirely or
+   * not at all.
+   */
+  async produceBatch(
+    topic: string,
+    messages: readonly ProduceMessage[],
+    opts: { encoding?: "binary" | "json" } = {},
+  ): Promise<ProduceResult[]> {
+    if (messages.length === 0) return [];
+    const path = `${this.#topicPath(topic)}/messages/batch`;
+    let res: Dispatcher.ResponseData;
+    if (opts.encoding === "json") {
+      const body: BatchProduceRequest = {
+        messages: messages.map((m) => {
+          const payload_base64 = toBuffer(m.payload).toString("base64");
+          return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
+        }),
+      };
+      res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "produce batch");
+    } else {
+      const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
+      res = await this.#call("POST", path, this.#hBatch, body, "produce batch");
+    }
+    return ((await res.body.json()) as BatchProduceResponse).results;
+  }
+
+  // ---------------------------------------------------------------- consume
+
+  /**
+   * Leases one message for the topic's visibility timeout, or resolves null when none arrived
+   * within `waitMs`. Throws NaradRequestError `topic_not_found` (404), `too_many_waiters` (429).
+   * A NaradAmbiguousError may have leased a message nobody will see: it comes back after the
+   * visibility timeout. Retrying is always safe.
+   */
+  async consume(topic: string, opts: ConsumeOptions = {}): Promise<Message | null> {
+    const waitMs = opts.waitMs ?? 0;
+    const tp = this.#topicPath(topic);
+    const path = waitMs > 0 ? `${tp}/consume?wait_ms=${waitMs}` : `${tp}/consume`;
+    const res = await this.#call("POST", path, this.#hNone, undefined, "consume", waitMs, opts.signal);
+    if (res.statusCode === 204) {
+      await res.body.dump();
+      return null;
+    }
+    const payload = Buffer.from(await res.body.arrayBuffer());
+    const h = res.headers;
+    const rawKey = header(h, HEADERS.key);
+    return new Message(
+      this,
+      topic,
+      payload,
+      rawKey === undefined ? null : decodeKey(rawKey),
+      Number(header(h, HEADERS.partition)),
+      Number(header(h, HEADERS.offset)),
+      Number(header(h, HEADERS.deliveryCount)),
+      Number(header(h, HEADERS.producedAt)),
+      header(h, HEADERS.receiptHandle) ?? "",
+      header(h, HEADERS.owner) ?? header(h, HEADERS.node) ?? null,
+      header(h, HEADERS.ownerBoot) ?? header(h, HEADERS.boot) ?? null,
+    );
+  }
+
+  /**
+   * Leases up to `maxMessages` (1..100) messages; an empty list when none arrived within `waitMs`.
+   * Errors as for consume().
+   */
+  async consumeBatch(topic: string, opts: ConsumeBatchOptions = {}): Promise<Message[]> {
+    const waitMs = opts.waitMs ?? 0;
+    const max = opts.maxMessages ?? 10;
+    const path = `${this.#topicPath(topic)}/consume/batch?max_messages=${max}&wait_ms=${waitMs}`;
+    const res = await this.#call("POST", path, this.#hNone, undefined, "consume batch", waitMs, opts.signal);
+    const body = (await res.body.json()) as ConsumeBatchResponse & { owner?: string; owner_boot?: string };
+    // The owner may be named per message (a cluster node can gather from several owners), for
+    // the whole batch, or only by the headers of the node that answered; take the most precise.
+    const owner = body.owner ?? header(res.headers, HEADERS.owner) ?? header(res.headers, HEADERS.node) ?? null;
+    const ownerBoot = body.owner_boot ?? header(res.headers, HEADERS.ownerBoot) ?? header(res.headers, HEADERS.boot) ?? null;
+    return body.messages.map((m) => {
+      const x = m as ConsumedMessageJson & { owner?: string; owner_boot?: string };
+      return new Message(
+        this,
+        topic,
+        Buffer.from(m.payload_base64, "base64"),
+        m.key ?? null,
+        m.partition,
+        m.offset,
+        m.delivery_count,
+        m.produced_at,
+        m.receipt_handle,
+        x.owner ?? owner,
+        x.owner_boot ?? ownerBoot,
+      );
+    });
+  }
+
+  /**
+   * Settles a message: it is never handed out again. Throws NaradGoneError (410) when the handle
+   * is not the live lease (lapsed, settled already, or replaced by a later delivery): the message
+   * may come back. NaradRequestError `invalid_receipt_handle` (400) for a forged or foreign handle.
+   * After a NaradAmbiguousError, retrying is safe; a 410 on the retry may mean the first worked.
+   */
+  async ack(topic: string, receiptHandle: string): Promise<void> {
+    const path = `${this.#topicPath(topic)}/ack?receipt_handle=${encodeURIComponent(receiptHandle)}`;
+    const res = await this.#call("POST", path, this.#hNone, undefined, "ack");
+    await res.body.dump();
+  }
+
+  /** Restarts the lease with a full visibility timeout from now. Errors as for ack(). */
+  async extend(topic: string, receiptHandle: string): Promise<void> {
+    const path = `${this.#topicPath(topic)}/ack?receipt_handle=${encodeURIComponent(receiptHandle)}&extend=true`;
+    const res = await this.#call("POST", path, this.#hNone, undefined, "extend");
+    await res.body.dump();
+  }
+
+  /** Ends the lease now: the message is available again at once. Errors as for ack(). */
+  async nack(topic: string, receiptHandle: string): Promise<void> {
+    const path = `${this.#topicPath(topic)}/ack?receipt_handle=${encodeURIComponent(receiptHandle)}&extend=0`;
+    const res = await this.#call("POST", path, this.#hNone, undefined, "nack");
+    await res.body.dump();
+  }
+
+  /**
+   * Acks (default), extends (`extend: true`) or nacks (`extend: 0`) many handles in one request.
+   * Resolves with one status per handle, in request order: 204, 410 or 400, what the single call
+   * would have answered; per-handle failures do not throw. The request as a whole throws as ack().
+   */
+  async ackBatch(topic: string, receiptHandles: readonly string[], opts: { extend?: boolean | 0 } = {}): Promise<AckStatus[]> {
+    if (receiptHandles.length === 0) return [];
+    const body = opts.extend === true || opts.extend === 0 ? { receipt_handles: receiptHandles, extend: opts.extend } : { receipt_handles: receiptHandles };
+    const res = await this.#call("POST", `${this.#topicPath(topic)}/ack/batch`, this.#hJson, JSON.stringify(body), "ack batch");
+    return ((await res.body.json()) as AckBatchResult).results.map((r) => ({ receiptHandle: r.receipt_handle, status: r.status }));
+  }
+
+  /**
+   * Long-polls the topic and yields leased messages until `signal` aborts (then it returns quietly)
+   * or a definite error (404, 401, 403, 400) throws. Retryable failures (429, 503, network
+   * errors, timeouts) are retried with backoff, up to `maxConsecutiveErrors` in a row. The caller
+   * settles each message. Leaving the loop early (break, abort) nacks the messages of the current
+   * batch that were not yielded yet.
+   */
+  async *messages(topic: string, opts: MessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
+    const waitMs = opts.waitMs ?? LIMITS.waitMsMax;
+    const batch = Math.max(1, Math.min(opts.batch ?? 1, LIMITS.consumeBatchMax));
+    const errorsMax = opts.maxConsecutiveErrors ?? MESSAGES_ERRORS_MAX_DEFAULT;
+    const signal = opts.signal;
+    let pending: Message[] = [];
+    let next = 0;
+    let errors = 0;
+    try {
+      while (!signal?.aborted) {
+        try {
+          if (batch === 1) {
+            const m = await this.consume(topic, { waitMs, signal });
+            pending = m === null ? [] : [m];
+          } else {
+            pending = await this.consumeBatch(topic, { maxMessages: batch, waitMs, signal });
+          }
+          next = 0;
+          errors = 0;
+        } catch (err) {
+          if (signal?.aborted) return;
+          if (!isRetryable(err) || ++errors > errorsMax) throw err;
+          await sleep(backoffMs(errors, err), signal);
+          continue;
+        }
+        while (next < pending.length && !signal?.aborted) yield pending[next++]!;
+      }
+    } finally {
+      const rest = pending.slice(next);
+      pending = [];
+      if (rest.length > 0) {
+        // Best effort: if this fails the leases simply lapse after the visibility timeout.
+        await this.ackBatch(topic, rest.map((m) => m.receiptHandle), { extend: 0 }).catch(() => undefined);
+      }
+    }
+  }
+
+  /**
+   * Runs `handler` while keeping the message's lease alive, then settles it: ack when the handler
+   * resolves, nack when it throws (the handler's error is rethrown; a failed nack is ignored, the
+   * lease then lapses on its own). The lease is extended every `intervalMs` (default a third of
+   * the topic's visibility timeout, fetched once per topic) and no more once the handler ends.
+   *
+   * If the lease is lost (an extend answered 410, or no extend succeeded for a whole visibility
+   * timeout) the `signal` given to the handler aborts with the reason: another consumer may get
+   * the message, so the handler should stop. The final ack then throws NaradGoneError as well.
+   * Resolves with the handler's result.
+   */
+  async autoExtend<T>(
+    message: Message,
+    handler: (message: Message, signal: AbortSignal) => Promise<T> | T,
+    opts: AutoExtendOptions = {},
+  ): Promise<T> {
+    const visibilityMs = await this.#visibilityTimeoutMs(message.topic);
+    const intervalMs = Math.max(EXTEND_INTERVAL_MS_MIN, opts.intervalMs ?? Math.floor(visibilityMs / 3));
+    const controller = new AbortController();
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    let inFlight: Promise<void> | undefined;
+    // The lease surely ends no later than visibilityMs after the last good extend's answer (or the
+    // delivery, which we approximate by now: the caller just got the message).
+    let leaseSureUntil = Date.now() + visibilityMs;
+    const schedule = () => {
+      if (!stopped) timer = setTimeout(tick, intervalMs);
+    };
+    const tick = () => {
+      timer = undefined;
+      if (stopped) return;
+      inFlight = this.extend(message.topic, message.receiptHandle).then(
+        () => {
+          leaseSureUntil = Date.now() + visibilityMs;
+          schedule();
+        },
+        (err: unknown) => {
+          if (stopped) return;
+          if (err instanceof NaradGoneError) {
+            stopped = true;
+            controller.abort(err);
+          } else if (Date.now() > leaseSureUntil) {
+            stopped = true;
+            controller.abort(
+              new NaradAmbiguousError(
+                "lease_expired",
+                `no extend succeeded within the visibility timeout (${visibilityMs} ms); the lease has likely lapsed`,
+                undefined,
+                err,
+              ),
+            );
+          } else {
+            schedule();
+          }
+        },
+      );
+    };
+    schedule();
+    let result: T;
+    try {
+      result = await handler(message, controller.signal);
+    } catch (err) {
+      await stop();
+      await message.nack().catch(() => undefined);
+      throw err;
+    }
+    await stop();
+    await message.ack();
+    return result;
+
+    async function stop(): Promise<void> {
+      stopped = true;
+      if (timer !== undefined) clearTimeout(timer);
+      // Let a running extend land first so it cannot race the ack and confuse the outcome.
+      if (inFlight !== undefined) await inFlight;
+    }
+  }
+
+  // ---------------------------------------------------------------- replay
+
+  /**
+   * Reads a page of a partition in offset order, acked or not, without taking leases. Throws
+   * NaradRequestError `topic_not_found` or `partition_not_found` (404). A read: safe to retry.
+   */
+  async replay(topic: string, partition: number, opts: ReplayOptions = {}): Promise<ReplayPage> {
+    const offset = opts.offset ?? 0;
+    const limit = opts.limit ?? LIMITS.replayLimitDefault;
+    const path = `${this.#topicPath(topic)}/partitions/${partition}/messages?offset=${offset}&limit=${limit}`;
+    const res = await this.#call("GET", path, this.#hNone, undefined, "replay", 0, opts.signal);
+    const body = (await res.body.json()) as ReplayResponse;
+    return {
+      messages: body.messages.map(
+        (m): ReplayedMessage => ({
+          partition,
+          offset: m.offset,
+          key: m.key ?? null,
+          producedAt: m.produced_at,
+          payload: Buffer.from(m.payload_base64, "base64"),
+        }),
+      ),
+      nextOffset: body.next_offset,
+      earliestOffset: body.earliest_offset,
+      endOffset: body.end_offset,
+    };
+  }
+
+  /**
+   * Yields every message of a partition from `fromOffset` up to the end offset seen by the last
+   * page, page by page (`pageSize`, default 1000). Errors as for replay().
+   */
+  async *replayAll(
+    topic: string,
+    partition: number,
+    fromOffset = 0,
+    opts: { pageSize?: number; signal?: AbortSignal } = {},
+  ): AsyncGenerator<ReplayedMessage, void, undefined> {
+    let offset = fromOffset;
+    const limit = opts.pageSize ?? LIMITS.replayLimitMax;
+    for (;;) {
+      const page = await this.replay(topic, partition, { offset, limit, signal: opts.signal });
+      for (const m of page.messages) yield m;
+      // An empty page also stops us: a page cannot be empty below the end offset, and trusting
+      // that blindly would spin forever on a server that got it wrong.
+      if (page.messages.length === 0 || page.nextOffset >= page.endOffset) return;
+      offset = page.nextOffset;
+    }
+  }
+
+  // ---------------------------------------------------------------- users and grants (admin only)
+
+  /** Creates a user. NaradRequestError 403 unless admin; 409 `user_exists`; 400 for a bad name or a password under 8 bytes. */
+  async createUser(opts: { name: string; password: string }): Promise<User> {
+    const res = await this.#call("POST", `${this.#base}/users`, this.#hJson, JSON.stringify(opts), "create user");
+    const body = (await readJsonOrNull(res)) as UserJson | null;
+    return { name: body?.name ?? opts.name, createdAt: body?.created_at };
+  }
+
+  async listUsers(): Promise<User[]> {
+    const res = await this.#call("GET", `${this.#base}/users`, this.#hNone, undefined, "list users");
+    return ((await res.body.json()) as UsersResponse).users.map((u) => ({ name: u.name, createdAt: u.created_at }));
+  }
+
+  /** Changes a password: a user may change their own, an admin anyone's. */
+  async setUserPassword(name: string, password: string): Promise<void> {
+    const body: UpdateUserRequest = { password };
+    const res = await this.#call("PATCH", `${this.#base}/users/${encodeURIComponent(name)}`, this.#hJson, JSON.stringify(body), "set password");
+    await res.body.dump();
+  }
+
+  async deleteUser(name: string): Promise<void> {
+    const res = await this.#call("DELETE", `${this.#base}/users/${encodeURIComponent(name)}`, this.#hNone, undefined, "delete user");
+    await res.body.dump();
+  }
+
+  /** Grants `action` on topics matching `pattern` (exact name or `prefix-*`; none for `admin`). */
+  async addGrant(user: string, grant: { action: GrantAction; pattern?: string }): Promise<Grant> {
+    const body: GrantRequest = grant.pattern === undefined ? { action: grant.action } : { action: grant.action, pattern: grant.pattern };
+    const res = await this.#call("POST", `${this.#base}/users/${encodeURIComponent(user)}/grants`, this.#hJson, JSON.stringify(body), "add grant");
+    const got = (await readJsonOrNull(res)) as GrantJson | null;
+    return { action: got?.action ?? grant.action, pattern: got?.pattern ?? grant.pattern ?? null };
+  }
+
+  async listGrants(user: string): Promise<Grant[]> {
+    const res = await this.#call("GET", `${this.#base}/users/${encodeURIComponent(user)}/grants`, this.#hNone, undefined, "list grants");
+    return ((await res.body.json()) as GrantsResponse).grants.map((g) => ({ action: g.action, pattern: g.pattern ?? null }));
+  }
+
+  async revokeGrant(user: string, grant: { action: GrantAction; pattern?: string }): Promise<void> {
+    let q = `action=${encodeURIComponent(grant.action)}`;
+    if (grant.pattern !== undefined) q += `&pattern=${encodeURIComponent(grant.pattern)}`;
+    const res = await this.#call("DELETE", `${this.#base}/users/${encodeURIComponent(user)}/grants?${q}`, this.#hNone, undefined, "revoke grant");
+    await res.body.dump();
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  /** Sends one request; resolves with a 2xx response whose body the caller must consume. */
+  async #call(
+    method: Method,
+    path: string,
+    headers: HeaderMap,
+    body: string | Uint8Array | undefined,
+    what: string,
+    waitMs = 0,
+    signal?: AbortSignal,
+  ): Promise<Dispatcher.ResponseData> {
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.#pool.request({
+        method,
+        path,
+        headers,
+        body,
+        signal,
+        // Only a long poll needs more than the pool's default; leave the rest unset.
+        headersTimeout: waitMs > 0 ? this.#requestTimeoutMs + waitMs : undefined,
+      });
+    } catch (err) {
+      throw errorFromTransport(err, what, signal?.aborted === true);
+    }
+    if (res.statusCode >= 200 && res.statusCode < 300) return res;
+    let text = "";
+    try {
+      text = await res.body.text();
+    } catch {
+      // The error answer itself broke off; the status is all we know.
+    }
+    throw errorFromResponse(res.statusCode, text, res.headers["retry-after"]);
+  }
+
+  #topicPath(topic: string): string {
+    let p = this.#topicPaths.get(topic);
+    if (p === undefined) {
+      if (this.#topicPaths.size >= TOPIC_CACHE_MAX) this.#topicPaths.clear();
+      p = `${this.#base}/topics/${encodeURIComponent(topic)}`;
+      this.#topicPaths.set(topic, p);
+    }
+    return p;
+  }
+
+  #rememberVisibility(topic: string, ms: number): void {
+    if (this.#visibilityMs.size >= TOPIC_CACHE_MAX) this.#visibilityMs.clear();
+    this.#visibilityMs.set(topic, ms);
+  }
+
+  async #visibilityTimeoutMs(topic: string): Promise<number> {
+    const known = this.#visibilityMs.get(topic);
+    if (known !== undefined) return known;
+    return (await this.getTopic(topic)).visibilityTimeoutMs;
+  }
+}
+
+function toTopic(t: TopicJson): Topic {
+  const x = t as TopicJson & { placement?: { partition: number; node: string; epoch: number }[] };
+  return {
+    name: t.name,
+    partitions: t.partitions,
+    visibilityTimeoutMs: t.visibility_timeout_ms ?? DEFAULTS.visibilityTimeoutMs,
+    retentionMs: t.retention_ms ?? DEFAULTS.retentionMs,
+    owner: t.owner ?? null,
+    children: (t.children ?? []).map((c) => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms })),
+    createdAt: t.created_at,
+    placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch })),
+  };
+}
+
+function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+function decodeKey(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return raw; // not valid percent-encoding: hand over what the server sent
+  }
+}
+
+function toBuffer(p: Uint8Array | string): Buffer {
+  if (typeof p === "string") return Buffer.from(p, "utf8");
+  return Buffer.isBuffer(p) ? p : Buffer.from(p.buffer, p.byteOffset, p.byteLength);
+}
+
+async function readJsonOrNull(res: Dispatcher.ResponseData): Promise<unknown> {
+  const text = await res.body.text();
+  if (text.length === 0) return null;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return null;
+  }
+}
+
+function isRetryable(err: unknown): err is NaradClientError {
+  if (err instanceof NaradConnectionError) return true;
+  if (err instanceof NaradAmbiguousError) return err.code !== "aborted";
+  return err instanceof NaradRequestError && err.retryable;
+}
+
+function backoffMs(attempt: number, err: NaradClientError): number {
+  if (err instanceof NaradRequestError && err.retryAfterS !== undefined) return Math.min(err.retryAfterS * 1000, RETRY_BACKOFF_MS_MAX * 4);
+  return Math.min(RETRY_BACKOFF_MS_MIN * 2 ** (attempt - 1), RETRY_BACKOFF_MS_MAX);
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

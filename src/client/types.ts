@@ -1,0 +1,111 @@
+// Public value types of the SDK: the wire's snake_case JSON in camelCase, units in the names.
+// The conversion happens once, at the edge (src/client/narad.ts), so callers never see the wire.
+
+import type { GrantAction } from "../protocol/wire.js";
+
+export type { GrantAction };
+
+export interface NaradOptions {
+  /** Base URL of any node, e.g. `http://127.0.0.1:7070`. A path prefix is kept (for reverse proxies); `user:password@` in the URL is used for Basic auth unless `user` is given. */
+  url: string;
+  /** HTTP Basic auth user; needed when the node runs with security on. */
+  user?: string;
+  password?: string;
+  /**
+   * How long to wait for an answer before giving up with a NaradAmbiguousError (`request_timeout`).
+   * A long poll gets its `waitMs` on top. Rounded up to undici's timer resolution (about a second).
+   * Default 30 000.
+   */
+  requestTimeoutMs?: number;
+  /** Most keep-alive connections to the node. Each waiting long poll holds one. Default 64. */
+  connections?: number;
+}
+
+export interface TopicChild {
+  topic: string;
+  kind: "fanout" | "delay" | "replica" | "remote";
+  delayMs?: number;
+}
+
+export interface PartitionPlacement {
+  partition: number;
+  node: string;
+  epoch: number;
+}
+
+export interface Topic {
+  name: string;
+  partitions: number;
+  visibilityTimeoutMs: number;
+  retentionMs: number;
+  /** The user who created the topic; null when security is off. */
+  owner: string | null;
+  children: TopicChild[];
+  /** Milliseconds since the epoch, when the server reports it. */
+  createdAt: number | undefined;
+  /** Cluster mode only: which node owns each partition, with its ownership epoch. */
+  placement: PartitionPlacement[] | undefined;
+}
+
+export interface CreateTopicOptions {
+  name: string;
+  /** Default 3. */
+  partitions?: number;
+  /** Lease length of a consumed message. Default 30 000. */
+  visibilityTimeoutMs?: number;
+  /** How long messages are kept, acked or not. Default 7 days. */
+  retentionMs?: number;
+}
+
+export interface UpdateTopicOptions {
+  /** May only grow. */
+  partitions?: number;
+  visibilityTimeoutMs?: number;
+  retentionMs?: number;
+}
+
+export interface ProduceResult {
+  partition: number;
+  offset: number;
+}
+
+export interface ProduceMessage {
+  payload: Uint8Array | string;
+  key?: string;
+}
+
+export interface ReplayedMessage {
+  partition: number;
+  offset: number;
+  key: string | null;
+  producedAt: number;
+  payload: Buffer;
+}
+
+export interface ReplayPage {
+  messages: ReplayedMessage[];
+  /** Offset to ask for next. */
+  nextOffset: number;
+  /** Lowest offset still retained. */
+  earliestOffset: number;
+  /** One past the highest offset written. */
+  endOffset: number;
+}
+
+/** What each handle of an ack batch got: the status a single ack would have answered. */
+export interface AckStatus {
+  receiptHandle: string;
+  status: 204 | 400 | 410;
+}
+
+export interface User {
+  name: string;
+  /** Milliseconds since the epoch, when the server reports it. */
+  createdAt: number | undefined;
+}
+
+export interface Grant {
+  action: GrantAction;
+  /** Exact topic name or prefix wildcard (`orders-*`); null for `admin`. */
+  pattern: string | null;
+}
