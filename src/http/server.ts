@@ -253,7 +253,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
     const ds = await broker.consume(topic, max, waitMs, abortOnClose(req, res));
-    sendJson(res, 200, { messages: ds.map(toJsonMessage), owner: nodeId, owner_boot: bootId });
+    sendJson(res, 200, { messages: ds.map((d) => toJsonMessage(d, nodeId, bootId)), owner: nodeId, owner_boot: bootId });
   });
 
   // ---- ack, extend, nack -----------------------------------------------------------------------
@@ -418,7 +418,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   };
 }
 
-function toJsonMessage(d: Delivery): ConsumedMessageJson {
+function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): ConsumedMessageJson {
   const r = d.record;
   return {
     receipt_handle: d.receiptHandle,
@@ -428,6 +428,8 @@ function toJsonMessage(d: Delivery): ConsumedMessageJson {
     delivery_count: d.deliveryCount,
     produced_at: r.producedAtMs,
     payload_base64: r.payload.toString("base64"),
+    owner,
+    owner_boot: ownerBoot,
   };
 }
 

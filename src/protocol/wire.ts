@@ -104,6 +104,9 @@ export interface ConsumedMessageJson {
   delivery_count: number;
   produced_at: number;
   payload_base64: string;
+  /** The partition's owner that holds the lease, and its boot id. */
+  owner: string;
+  owner_boot: string;
 }
 
 export interface AckBatchRequest {
@@ -201,6 +204,9 @@ export interface BatchProduceResponse {
 
 export interface ConsumeBatchResponse {
   messages: ConsumedMessageJson[];
+  /** The node that answered and its boot id (on one node, the owner of every partition). */
+  owner: string;
+  owner_boot: string;
 }
 
 /** What a grant allows; `admin` takes no pattern. */
