@@ -94,6 +94,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     nodeId: identity.nodeId,
     bootId: identity.bootId,
     bootSeq: identity.bootSeq,
+    nodeNum: 0,
     secret: identity.secret,
     segmentBytesMax: cfg["storage.segment_bytes"] as number,
     segmentAgeMaxMs: cfg["storage.segment_ms"] as number,

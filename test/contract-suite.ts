@@ -347,7 +347,7 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.ok(m);
       const forged = Buffer.from(m.handle, "base64url");
       forged[forged.length - 1]! ^= 1;
-      for (const h of ["garbage", "", "%00%ff", forged.toString("base64url"), m.handle.slice(0, -1), "A".repeat(39)]) {
+      for (const h of ["garbage", "", "%00%ff", forged.toString("base64url"), m.handle.slice(0, -1), "A".repeat(42)]) {
         const r = await ack(a, h);
         assert.equal(r.status, 400, `handle ${JSON.stringify(h)}`);
         assert.equal(await errorCode(r), "invalid_receipt_handle");

@@ -33,6 +33,8 @@ export interface BrokerOptions {
   nodeId: string;
   bootId: string;
   bootSeq: number;
+  /** The node's number in receipt handles: 0 on a single node, assigned by the control plane in a cluster. */
+  nodeNum: number;
   secret: Buffer;
   segmentBytesMax: number;
   segmentAgeMaxMs: number;
@@ -139,7 +141,7 @@ export class Broker {
 
   private constructor(readonly opts: BrokerOptions) {
     this.log = opts.logger.child({ module: "broker" });
-    this.codec = new HandleCodec(opts.secret, opts.bootSeq);
+    this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq);
     this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges() });
   }
 
@@ -524,7 +526,7 @@ export class Broker {
     let woke = false;
     const out = fields.map((f): SettleStatus => {
       if (f === null || f.partition >= t.partitions.length) return 400;
-      if (f.bootSeq !== this.opts.bootSeq) return 410;
+      if (f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) return 410; // an earlier lease holder
       const p = t.partitions[f.partition]!;
       const tag = bugs.has("accept-replaced-handle") ? p.currentTag(f.offset) ?? f.tag : f.tag;
       let r: "ok" | "gone";
