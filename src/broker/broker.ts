@@ -18,6 +18,9 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, LIMITS, TOPIC_NAME_RE, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import { CursorFile } from "../storage/cursor-file.js";
+import { Narad } from "../client/index.js";
+import { PartitionCopier, type ChildLink } from "./children.js";
 import { openAckLog, openPartitionLog, writeFileAtomic } from "../storage/index.js";
 import type { Clock, StoredRecord } from "../storage/types.js";
 import { HandleCodec } from "./handles.js";
@@ -58,7 +61,10 @@ interface TopicMeta {
   visibility_timeout_ms: number;
   retention_ms: number;
   owner: string | null;
-  children: ChildJson[];
+  /** Links to this topic's children, with what copying needs (remote URL and credentials). */
+  children: ChildLink[];
+  /** The topic this one is a child of. */
+  parent: { topic: string; kind: ChildJson["kind"] } | null;
   created_at: number;
 }
 
@@ -71,6 +77,7 @@ interface Waiter {
 
 class Topic {
   partitions: Partition[] = [];
+  copiers: PartitionCopier[] = [];
   readonly waiters: Waiter[] = [];
   produceRr = 0;
   consumeRr = 0;
@@ -98,7 +105,10 @@ class Topic {
       visibility_timeout_ms: m.visibility_timeout_ms,
       retention_ms: m.retention_ms,
       owner: m.owner,
-      children: m.children,
+      children: m.children.map(
+        (c): ChildJson => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delay_ms }),
+      ),
+      parent: m.parent,
       created_at: m.created_at,
     };
   }
@@ -134,6 +144,8 @@ export class Broker {
   private readonly codec: HandleCodec;
   private readonly log: Logger;
   private waiterCount = 0;
+  /** SDK clients of remote children, by URL and user. */
+  private readonly remotes = new Map<string, Narad>();
   private pendingSyncBytes = 0;
   private housekeeping: NodeJS.Timeout | undefined;
   private sweeper: NodeJS.Timeout | undefined;
@@ -142,7 +154,7 @@ export class Broker {
   private constructor(readonly opts: BrokerOptions) {
     this.log = opts.logger.child({ module: "broker" });
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq);
-    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges() });
+    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
   }
 
   static async open(opts: BrokerOptions): Promise<Broker> {
@@ -207,7 +219,20 @@ export class Broker {
         ackSyncIntervalMs: o.ackSyncIntervalMs,
         powerLoss: o.powerLoss,
       });
-      t.partitions.push(new Partition(i, log, acks));
+      const part = new Partition(i, log, acks);
+      t.partitions.push(part);
+      const cursors = CursorFile.open(join(pdir, "children.cursors"), {
+        ackFlushIntervalMs: o.ackFlushIntervalMs,
+        ackSyncIntervalMs: o.ackSyncIntervalMs,
+        powerLoss: o.powerLoss,
+        logger,
+      });
+      // A link without a cursor here means the partition was added after the attach: every
+      // record in it was produced after the attach, so copying starts at its beginning.
+      for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
+      const copier = new PartitionCopier(t.meta.name, part, cursors, () => t.meta.children, (l, r) => this.copyTo(t, l, r), o.clock, logger.child({ module: "children" }));
+      t.copiers.push(copier);
+      if (t.meta.children.length > 0) copier.kick();
     }
   }
 
@@ -241,6 +266,7 @@ export class Broker {
         retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
         owner,
         children: [],
+        parent: null,
         created_at: this.opts.clock.nowMs(),
       };
       const dir = join(this.opts.dataDir, "topics", name);
@@ -288,6 +314,8 @@ export class Broker {
     t.deleted = true;
     const run = t.metaChain.then(async () => {
       for (const w of t.waiters.splice(0)) this.finishWaiter(w, []);
+      await this.detachAllLinks(t);
+      for (const c of t.copiers) await c.close();
       for (const p of t.partitions) {
         await p.log.close();
         await p.acks.close();
@@ -304,6 +332,101 @@ export class Broker {
     return run;
   }
 
+  // ---- child topics -----------------------------------------------------------------------------
+
+  private async saveMeta(t: Topic, next: TopicMeta): Promise<void> {
+    await writeFileAtomic(join(t.dir, "topic.json"), JSON.stringify(next, null, 2) + "\n");
+    t.meta = next;
+  }
+
+  listChildren(parent: string): ChildJson[] {
+    return this.topic(parent).toJson().children;
+  }
+
+  /**
+   * Attaches a child. Its copy cursors start at the parent's current end, and are made durable
+   * before the link is, so no message produced before the attach is ever copied (docs/contract.md).
+   */
+  async attachChild(parentName: string, link: ChildLink): Promise<ChildJson> {
+    this.assertOpen();
+    const parent = this.topic(parentName);
+    const bad = (m: string) => new NaradError("invalid_child", m);
+    if (link.kind === "replica") throw bad("Replica children keep a copy on other nodes and need a cluster (--control-plane); use a fanout child on one node.");
+    if (parent.meta.parent !== null) throw bad(`${parentName} is a child of ${parent.meta.parent.topic}; a child cannot have children.`);
+    if (parent.meta.children.some((c) => c.topic === link.topic && (c.kind === "remote") === (link.kind === "remote"))) {
+      throw new NaradError("child_exists", `${link.topic} is attached to ${parentName} already.`);
+    }
+    let child: Topic | undefined;
+    if (link.kind !== "remote") {
+      if (link.topic === parentName) throw bad("A topic cannot be its own child.");
+      child = this.topic(link.topic);
+      if (child.meta.parent !== null) throw bad(`${link.topic} is a child of ${child.meta.parent.topic} already; a child has one parent.`);
+      if (child.meta.children.length > 0) throw bad(`${link.topic} has children of its own; a child cannot have children.`);
+    }
+    const run = parent.metaChain.then(async () => {
+      for (const c of parent.copiers) await c.cursors.setNow(link.topic, c.partition.log.endOffset);
+      if (child !== undefined) await this.saveMeta(child, { ...child.meta, parent: { topic: parentName, kind: link.kind } });
+      await this.saveMeta(parent, { ...parent.meta, children: [...parent.meta.children, link] });
+      this.log.info({ parent: parentName, child: link.topic, kind: link.kind }, "child attached");
+      return parent.toJson().children.find((c) => c.topic === link.topic)!;
+    });
+    parent.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  async detachChild(parentName: string, childName: string): Promise<void> {
+    this.assertOpen();
+    const parent = this.topic(parentName);
+    if (!parent.meta.children.some((c) => c.topic === childName)) {
+      throw new NaradError("child_not_found", `${childName} is not a child of ${parentName}.`);
+    }
+    const run = parent.metaChain.then(async () => {
+      await this.unlink(parent, childName);
+    });
+    parent.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private async unlink(parent: Topic, childName: string): Promise<void> {
+    await this.saveMeta(parent, { ...parent.meta, children: parent.meta.children.filter((c) => c.topic !== childName) });
+    for (const c of parent.copiers) await c.cursors.setNow(childName, undefined);
+    const child = this.topics.get(childName);
+    if (child !== undefined && child.meta.parent?.topic === parent.meta.name) await this.saveMeta(child, { ...child.meta, parent: null });
+    this.log.info({ parent: parent.meta.name, child: childName }, "child detached");
+  }
+
+  /** A deleted topic leaves its parent's children and frees its own children. */
+  private async detachAllLinks(t: Topic): Promise<void> {
+    const parentName = t.meta.parent?.topic;
+    const parent = parentName === undefined ? undefined : this.topics.get(parentName);
+    if (parent !== undefined && !parent.deleted) await this.unlink(parent, t.meta.name);
+    for (const l of t.meta.children) {
+      const child = this.topics.get(l.topic);
+      if (l.kind !== "remote" && child !== undefined && child.meta.parent?.topic === t.meta.name) await this.saveMeta(child, { ...child.meta, parent: null });
+    }
+  }
+
+  /** Copies records into one child; resolves once they are durable there. */
+  private async copyTo(parent: Topic, link: ChildLink, records: StoredRecord[]): Promise<void> {
+    if (link.kind === "remote") {
+      const id = `${link.url}|${link.credentials?.user ?? ""}`;
+      let client = this.remotes.get(id);
+      if (client === undefined) {
+        client = new Narad({ url: link.url!, user: link.credentials?.user, password: link.credentials?.password, requestTimeoutMs: 10_000 });
+        this.remotes.set(id, client);
+      }
+      await client.produceBatch(
+        link.topic,
+        records.map((r) => ({ key: r.key === null ? undefined : r.key.toString("utf8"), payload: r.payload })),
+      );
+      return;
+    }
+    const child = this.topics.get(link.topic);
+    if (child === undefined || child.deleted) throw new Error(`child topic ${link.topic} of ${parent.meta.name} is gone`);
+    await this.appendTo(child, records.map((r) => ({ key: r.key, payload: r.payload })));
+    this.metrics.childCopied.inc({ parent: parent.meta.name, child: link.topic }, records.length);
+  }
+
   // ---- produce --------------------------------------------------------------------------------
 
   /** Appends the items, resolves once they are all durable; results in request order. */
@@ -316,11 +439,28 @@ export class Broker {
     if (overloaded && !this.opts.bugs.has("store-on-429")) {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
+    const results = await this.appendTo(
+      t,
+      items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
+    );
+    if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // seeded bug path
+    this.metrics.produced.inc({ topic: topicName }, items.length);
+    return results;
+  }
+
+  /**
+   * Appends to a topic's partitions and resolves once every record is durable (fsync before
+   * 202: docs/architecture.md). Used by produce and by copies into child topics.
+   */
+  private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer }[]): Promise<{ partition: number; offset: number }[]> {
+    let bytes = 0;
+    for (const it of items) bytes += it.payload.length + (it.key?.length ?? 0) + 32;
     const n = t.partitions.length;
     // Unkeyed messages of one request go together to the next partition in turn (a "sticky"
     // partitioner, as Kafka's producer does): one append and one fdatasync per batch instead of
     // one per partition, while successive requests still go round the partitions.
     const unkeyedPartition = t.produceRr++ % n;
+    if (t.produceRr > 0x3fffffff) t.produceRr %= n;
     const groups = new Map<number, number[]>();
     for (let i = 0; i < items.length; i++) {
       const key = items[i]!.key;
@@ -329,15 +469,13 @@ export class Broker {
       if (g) g.push(i);
       else groups.set(p, [i]);
     }
-    if (t.produceRr > 0x3fffffff) t.produceRr %= n;
     const now = this.opts.clock.nowMs();
     const started = this.opts.clock.monoMs();
     const results = new Array<{ partition: number; offset: number }>(items.length);
     const durables: Promise<void>[] = [];
     for (const [p, idxs] of groups) {
-      const part = t.partitions[p]!;
-      const { baseOffset, durable } = part.log.append(
-        idxs.map((i) => ({ key: items[i]!.key === null ? null : Buffer.from(items[i]!.key!, "utf8"), payload: items[i]!.payload })),
+      const { baseOffset, durable } = t.partitions[p]!.log.append(
+        idxs.map((i) => items[i]!),
         now,
       );
       idxs.forEach((i, j) => (results[i] = { partition: p, offset: baseOffset + j }));
@@ -352,17 +490,17 @@ export class Broker {
         await Promise.all(durables);
       }
     } catch (e) {
-      this.log.error({ err: (e as Error).message, topic: topicName }, "append failed");
+      this.log.error({ err: (e as Error).message, topic: t.meta.name }, "append failed");
       throw new NaradError("storage_failed");
     } finally {
       this.pendingSyncBytes -= bytes;
     }
     this.metrics.commitLatency.observe((this.opts.clock.monoMs() - started) / 1000);
-    if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // seeded bug path
-    this.metrics.produced.inc({ topic: topicName }, items.length);
     this.wake(t);
+    if (t.meta.children.length > 0) for (const p of groups.keys()) t.copiers[p]?.kick();
     return results;
   }
+
 
   // ---- consume --------------------------------------------------------------------------------
 
@@ -612,6 +750,23 @@ export class Broker {
       }));
   }
 
+  private childGauges() {
+    const out = new Map<string, { parent: string; child: string; lagMessages: number; lagSeconds: number }>();
+    for (const t of this.topics.values()) {
+      if (t.deleted || t.meta.children.length === 0) continue;
+      for (const c of t.copiers) {
+        for (const st of c.stats()) {
+          const k = `${t.meta.name}\0${st.child}`;
+          const g = out.get(k) ?? { parent: t.meta.name, child: st.child, lagMessages: 0, lagSeconds: 0 };
+          g.lagMessages += st.lagMessages;
+          g.lagSeconds = Math.max(g.lagSeconds, st.lagSeconds);
+          out.set(k, g);
+        }
+      }
+    }
+    return [...out.values()];
+  }
+
   private assertOpen(): void {
     if (this.closed) throw new NaradError("shutting_down");
   }
@@ -629,11 +784,13 @@ export class Broker {
     clearInterval(this.sweeper);
     this.releaseWaiters();
     for (const t of this.topics.values()) {
+      for (const c of t.copiers) await c.close();
       for (const p of t.partitions) {
         await p.log.close();
         await p.acks.close();
       }
     }
+    for (const c of this.remotes.values()) await c.close();
   }
 }
 
@@ -659,6 +816,7 @@ function parseMeta(j: unknown, name: string): TopicMeta {
     retention_ms: m.retention_ms!,
     owner: typeof m.owner === "string" ? m.owner : null,
     children: m.children!,
+    parent: m.parent && typeof m.parent === "object" && typeof m.parent.topic === "string" ? m.parent : null,
     created_at: Number.isSafeInteger(m.created_at) ? m.created_at! : 0,
   };
 }

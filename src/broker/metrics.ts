@@ -5,6 +5,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 
 export interface TopicGaugeSource {
   topicGauges(): { topic: string; backlog: number; inFlight: number; partitions: number }[];
+  childGauges(): { parent: string; child: string; lagMessages: number; lagSeconds: number }[];
 }
 
 export class BrokerMetrics {
@@ -18,6 +19,7 @@ export class BrokerMetrics {
   readonly commitLatency: Histogram;
   readonly waiters: Gauge;
   readonly requests: Counter<"route" | "status">;
+  readonly childCopied: Counter<"parent" | "child">;
 
   constructor(source: TopicGaugeSource) {
     const r = this.registry;
@@ -61,5 +63,19 @@ export class BrokerMetrics {
     perTopic("narad_topic_backlog_messages", "Unacked durable messages per topic", (t) => t.backlog);
     perTopic("narad_topic_inflight_leases", "Live leases per topic", (t) => t.inFlight);
     perTopic("narad_topic_partitions", "Partitions per topic", (t) => t.partitions);
+    this.childCopied = new Counter({ name: "narad_child_copied_messages_total", help: "Messages copied from a parent into a child topic (local children)", labelNames: ["parent", "child"], registers: [r] });
+    const perChild = (name: string, help: string, pick: (c: ReturnType<TopicGaugeSource["childGauges"]>[number]) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["parent", "child"],
+        registers: [r],
+        collect() {
+          this.reset();
+          for (const c of source.childGauges()) this.set({ parent: c.parent, child: c.child }, pick(c));
+        },
+      });
+    perChild("narad_child_lag_messages", "Parent messages not yet copied into the child", (c) => c.lagMessages);
+    perChild("narad_child_lag_seconds", "Age of the oldest parent message not yet copied into the child", (c) => c.lagSeconds);
   }
 }

@@ -2,8 +2,8 @@
 // Stable across nodes, restarts and versions (docs/api.md states it), so a key keeps its
 // partition while the count stays the same; adding partitions moves keys.
 
-export function fnv1a32(s: string): number {
-  const bytes = Buffer.from(s, "utf8");
+export function fnv1a32(s: string | Buffer): number {
+  const bytes = typeof s === "string" ? Buffer.from(s, "utf8") : s;
   let h = 0x811c9dc5;
   for (let i = 0; i < bytes.length; i++) {
     h ^= bytes[i]!;
@@ -12,6 +12,6 @@ export function fnv1a32(s: string): number {
   return h >>> 0;
 }
 
-export function keyPartition(key: string, partitions: number): number {
+export function keyPartition(key: string | Buffer, partitions: number): number {
   return fnv1a32(key) % partitions;
 }

@@ -176,6 +176,50 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     sendEmpty(res, 204);
   });
 
+  // ---- child topics ------------------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/children", "manage", async (req, res, p, _q, ctx) => {
+    const parent = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["topic", "kind", "delay_ms", "url", "credentials"]);
+    const child = body.topic;
+    if (typeof child !== "string" || !TOPIC_NAME_RE.test(child)) throw new NaradError("invalid_topic_name", `The child topic ${JSON.stringify(child)} is not a valid topic name.`);
+    const kind = body.kind;
+    if (kind !== "fanout" && kind !== "delay" && kind !== "replica" && kind !== "remote") {
+      throw new NaradError("invalid_argument", "kind must be fanout, delay, replica or remote.");
+    }
+    if (kind === "delay") {
+      if (optInt(body, "delay_ms", 1, LIMITS.retentionMsMax) === undefined) throw new NaradError("invalid_argument", "A delay child needs delay_ms (an integer, at least 1).");
+    } else if (body.delay_ms !== undefined) throw new NaradError("invalid_argument", "delay_ms is only for delay children.");
+    let url: string | undefined;
+    let credentials: { user: string; password: string } | undefined;
+    if (kind === "remote") {
+      if (typeof body.url !== "string" || !/^https?:\/\/[^\s/]+/.test(body.url)) throw new NaradError("invalid_argument", "A remote child needs url: the http(s) URL of a node of the other cluster.");
+      url = body.url.replace(/\/+$/, "");
+      const c = body.credentials;
+      if (c !== undefined && c !== null) {
+        const o = c as Record<string, unknown>;
+        if (typeof o !== "object" || typeof o.user !== "string" || typeof o.password !== "string") throw new NaradError("invalid_argument", "credentials must be {\"user\", \"password\"}.");
+        credentials = { user: o.user, password: o.password };
+      }
+    } else {
+      if (body.url !== undefined || body.credentials !== undefined) throw new NaradError("invalid_argument", "url and credentials are only for remote children.");
+      if (ctx.principal !== null) authz("manage", { topic: child }, ctx.principal);
+    }
+    const link = await broker.attachChild(parent, {
+      topic: child,
+      kind,
+      ...(kind === "delay" ? { delay_ms: body.delay_ms as number } : {}),
+      ...(url !== undefined ? { url } : {}),
+      ...(credentials !== undefined ? { credentials } : {}),
+    });
+    sendJson(res, 201, link);
+  });
+  on("GET", "/v1/topics/:topic/children", "see", (_req, res, p) => sendJson(res, 200, { children: broker.listChildren(topicParam(p)) }));
+  on("DELETE", "/v1/topics/:topic/children/:child", "manage", async (_req, res, p) => {
+    await broker.detachChild(topicParam(p), p.child ?? "");
+    sendEmpty(res, 204);
+  });
+
   // ---- produce --------------------------------------------------------------------------------
   on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q) => {
     const topic = topicParam(p);

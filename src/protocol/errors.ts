@@ -27,6 +27,11 @@ export const ERRORS = {
     definite: true,
     message: "Partitions can only grow; send a number at least as large as the current one.",
   },
+  invalid_child: {
+    status: 400,
+    definite: true,
+    message: "This child cannot be attached: a child has one parent and no children of its own.",
+  },
   invalid_receipt_handle: {
     status: 400,
     definite: true,
@@ -36,11 +41,13 @@ export const ERRORS = {
   forbidden: { status: 403, definite: true, message: "These credentials do not allow this action." },
   topic_not_found: { status: 404, definite: true, message: "No topic has this name; create it first." },
   partition_not_found: { status: 404, definite: true, message: "The topic has no partition with this number." },
+  child_not_found: { status: 404, definite: true, message: "The topic has no such child." },
   user_not_found: { status: 404, definite: true, message: "No user has this name." },
   grant_not_found: { status: 404, definite: true, message: "The user has no such grant." },
   not_found: { status: 404, definite: true, message: "No such resource." },
   method_not_allowed: { status: 405, definite: true, message: "This path does not take this method." },
   topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
+  child_exists: { status: 409, definite: true, message: "This child is attached to the topic already." },
   user_exists: { status: 409, definite: true, message: "A user with this name exists already." },
   receipt_handle_gone: {
     status: 410,

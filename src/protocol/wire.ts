@@ -71,6 +71,8 @@ export interface TopicJson {
   retention_ms: number;
   owner: string | null;
   children: ChildJson[];
+  /** The topic this one is a child of, if any. */
+  parent?: { topic: string; kind: ChildJson["kind"] } | null;
   created_at: number;
 }
 

@@ -1,0 +1,205 @@
+// Child topics: the copy of a parent partition's messages into each attached child.
+//
+// Each (parent partition, child) pair has a copy cursor: the next parent offset to copy, kept in
+// the partition's CursorFile. A copier per parent partition reads durable parent records from the
+// lowest cursor, hands each child the records at or past its own cursor, and advances the cursor
+// only after the child's copy is durable (local children: the child's fsync; remote children:
+// the other cluster's 202). So every message that got a 202 on the parent reaches every child
+// attached at that time, even if the owner dies right after the 202: the cursor resumes on
+// restart. Copies are at least once: a kill can re-copy the last ~ack_flush_ms of copies (the
+// cursor's durability window, the same as the ack log's), a power loss the last ~1.1 s.
+//
+// Delay children: a record is copied only once its parent commit time + delay has passed, so a
+// copy is never visible earlier, restarts included. The commit time of a record committed in this
+// boot is the time the copier saw syncedOffset pass it (an upper bound); for records committed
+// before this boot it is their produce time + PRE_BOOT_COMMIT_MARGIN_MS.
+//
+// Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round; remote pushes
+// back off exponentially from 100 ms to REMOTE_BACKOFF_MAX_MS while the other cluster is down.
+
+import type { Logger } from "pino";
+import type { CursorFile } from "../storage/cursor-file.js";
+import type { Clock, StoredRecord } from "../storage/types.js";
+import type { Partition } from "./partition.js";
+
+export const COPY_BATCH_RECORDS = 1000;
+export const COPY_BATCH_BYTES = 4 * 1024 * 1024;
+export const REMOTE_BACKOFF_MAX_MS = 10_000;
+export const PRE_BOOT_COMMIT_MARGIN_MS = 1000;
+/** Commit-time checkpoints kept per partition (older records fall back to the margin rule). */
+const CHECKPOINTS_MAX = 4096;
+
+export type ChildKind = "fanout" | "delay" | "replica" | "remote";
+
+export interface ChildLink {
+  topic: string;
+  kind: ChildKind;
+  delay_ms?: number;
+  /** Remote children: the other cluster's URL and credentials. */
+  url?: string;
+  credentials?: { user: string; password: string };
+}
+
+/** Delivers copies to one child; resolves once they are durable there. */
+export type CopySink = (link: ChildLink, records: StoredRecord[]) => Promise<void>;
+
+interface LinkState {
+  backoffMs: number;
+  retryAtMono: number;
+  copied: number;
+  failures: number;
+  /** Produce time of the oldest record not yet copied, when known. */
+  pendingSinceMs: number | undefined;
+}
+
+export class PartitionCopier {
+  private running = false;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private readonly state = new Map<string, LinkState>();
+  /** (first offset not yet seen synced, wall time it was seen) checkpoints, ascending. */
+  private readonly checkpoints: { below: number; atMs: number }[] = [];
+  private lastSynced: number;
+
+  constructor(
+    readonly topic: string,
+    readonly partition: Partition,
+    readonly cursors: CursorFile,
+    private readonly links: () => readonly ChildLink[],
+    private readonly sink: CopySink,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+  ) {
+    this.lastSynced = partition.log.syncedOffset;
+  }
+
+  /** Per child: copies made since start, lag in messages, and failures. */
+  stats(): { child: string; kind: ChildKind; copied: number; lagMessages: number; lagSeconds: number; failures: number }[] {
+    const synced = this.partition.log.syncedOffset;
+    const now = this.clock.nowMs();
+    return this.links().map((l) => {
+      const s = this.state.get(l.topic);
+      const cur = this.cursors.get(l.topic) ?? synced;
+      const lagMessages = Math.max(0, synced - Math.max(cur, this.partition.log.earliestOffset));
+      const since = lagMessages > 0 ? s?.pendingSinceMs : undefined;
+      return {
+        child: l.topic,
+        kind: l.kind,
+        copied: s?.copied ?? 0,
+        lagMessages,
+        lagSeconds: since === undefined ? 0 : Math.max(0, (now - since) / 1000),
+        failures: s?.failures ?? 0,
+      };
+    });
+  }
+
+  /** Notes that records became durable, and copies them. */
+  kick(): void {
+    if (this.closed) return;
+    const synced = this.partition.log.syncedOffset;
+    if (synced > this.lastSynced) {
+      this.checkpoints.push({ below: synced, atMs: this.clock.nowMs() });
+      if (this.checkpoints.length > CHECKPOINTS_MAX) this.checkpoints.splice(0, this.checkpoints.length - CHECKPOINTS_MAX);
+      this.lastSynced = synced;
+    }
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = true;
+    void this.run().finally(() => {
+      this.running = false;
+      if (this.again && !this.closed) {
+        this.again = false;
+        this.kick();
+      }
+    });
+  }
+
+  private commitTimeMs(r: StoredRecord): number {
+    for (const c of this.checkpoints) if (r.offset < c.below) return Math.max(c.atMs, r.producedAtMs);
+    return r.producedAtMs + PRE_BOOT_COMMIT_MARGIN_MS;
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.closed) return;
+    const at = Math.max(1, Math.ceil(delayMs));
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.kick();
+    }, at);
+    this.timer.unref();
+  }
+
+  private async run(): Promise<void> {
+    const links = this.links();
+    if (links.length === 0) return;
+    const log = this.partition.log;
+    let nextWakeMs = Infinity;
+    for (const link of links) {
+      if (this.closed) return;
+      let st = this.state.get(link.topic);
+      if (st === undefined) {
+        st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined };
+        this.state.set(link.topic, st);
+      }
+      const now = this.clock.monoMs();
+      if (st.retryAtMono > now) {
+        nextWakeMs = Math.min(nextWakeMs, st.retryAtMono - now);
+        continue;
+      }
+      for (let rounds = 0; rounds < 64 && !this.closed; rounds++) {
+        let cursor = this.cursors.get(link.topic);
+        if (cursor === undefined) break; // detached meanwhile
+        if (cursor < log.earliestOffset) cursor = log.earliestOffset; // retention removed them first
+        const synced = log.syncedOffset;
+        if (cursor >= synced) {
+          st.pendingSinceMs = undefined;
+          break;
+        }
+        const records = await log.read(cursor, Math.min(COPY_BATCH_RECORDS, synced - cursor), COPY_BATCH_BYTES);
+        if (records.length === 0) {
+          this.cursors.advance(link.topic, synced);
+          break;
+        }
+        st.pendingSinceMs = records[0]!.producedAtMs;
+        let due = records;
+        if (link.kind === "delay") {
+          const nowMs = this.clock.nowMs();
+          const firstLate = records.findIndex((r) => this.commitTimeMs(r) + link.delay_ms! > nowMs);
+          if (firstLate >= 0) {
+            due = records.slice(0, firstLate);
+            nextWakeMs = Math.min(nextWakeMs, this.commitTimeMs(records[firstLate]!) + link.delay_ms! - nowMs);
+          }
+        }
+        if (due.length > 0) {
+          try {
+            await this.sink(link, due);
+          } catch (e) {
+            st.failures++;
+            st.backoffMs = Math.min(Math.max(100, st.backoffMs * 2), REMOTE_BACKOFF_MAX_MS);
+            st.retryAtMono = this.clock.monoMs() + st.backoffMs;
+            nextWakeMs = Math.min(nextWakeMs, st.backoffMs);
+            this.log.warn({ child: link.topic, kind: link.kind, err: (e as Error).message, retryInMs: st.backoffMs }, "copy to child failed; retrying");
+            break;
+          }
+          st.backoffMs = 0;
+          st.copied += due.length;
+          this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1);
+          st.pendingSinceMs = due.length < records.length ? records[due.length]!.producedAtMs : undefined;
+        }
+        if (due.length < records.length) break; // the rest is not due yet
+      }
+    }
+    if (nextWakeMs < Infinity) this.schedule(nextWakeMs);
+    else if (this.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    await this.cursors.close();
+  }
+}

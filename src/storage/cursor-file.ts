@@ -1,0 +1,157 @@
+// Copy cursors of one parent partition: for each attached child, the next parent offset to copy.
+//
+// Durability follows the ack log's schedule on purpose: the cursors are written to the OS every
+// ackFlushIntervalMs and fsynced every ackSyncIntervalMs, so a kill makes a child re-copy (and
+// deliver again) at most the copies of the last ~100 ms, a power loss those of the last ~1.1 s —
+// the same windows in which the contract already lets acked messages come back. setNow() writes
+// and syncs at once, for the steps that must be durable before they are answered (attaching a
+// child: its starting cursor must exist before the link does, or a restart could copy messages
+// produced before the attach).
+//
+// The file holds two fixed-size slots written alternately, each with a sequence number and a
+// CRC32C, so a torn write of one slot leaves the other: recovery takes the valid slot with the
+// higher sequence. Byte layout of a slot (SLOT_BYTES = 64 KiB):
+//   0   u32  payload length L (JSON, UTF-8)
+//   4   u32  CRC32C of bytes [8, 16 + L)
+//   8   u64  sequence number (u32 low, u32 high)
+//   16  L    JSON {"child": nextOffset, ...}
+// In the test-only power-loss mode a write goes to memory and reaches the file only with the sync.
+
+import { crc32c } from "@node-rs/crc32";
+import { closeSync, fdatasync, openSync, readSync, writeSync } from "node:fs";
+import type { Logger } from "pino";
+
+export const SLOT_BYTES = 64 * 1024;
+const HEADER = 16;
+/** Most children one parent may have: keeps the JSON within a slot. */
+export const CURSORS_MAX = 256;
+
+export interface CursorFileOptions {
+  ackFlushIntervalMs: number;
+  ackSyncIntervalMs: number;
+  powerLoss: boolean;
+  logger: Logger;
+}
+
+export class CursorFile {
+  private readonly cursors = new Map<string, number>();
+  private seq = 0;
+  private dirty = false;
+  private pendingSlot: Buffer | undefined; // power-loss mode: written but not yet synced
+  private unsynced = false;
+  private readonly flushTimer: NodeJS.Timeout;
+  private readonly syncTimer: NodeJS.Timeout;
+  private closed = false;
+
+  private constructor(
+    private readonly fd: number,
+    private readonly opts: CursorFileOptions,
+  ) {
+    this.flushTimer = setInterval(() => this.flush(), opts.ackFlushIntervalMs);
+    this.flushTimer.unref();
+    this.syncTimer = setInterval(() => void this.sync(), opts.ackSyncIntervalMs);
+    this.syncTimer.unref();
+  }
+
+  static open(path: string, opts: CursorFileOptions): CursorFile {
+    closeSync(openSync(path, "a")); // create it if missing; O_APPEND would defeat positioned writes
+    const rw = openSync(path, "r+");
+    const f = new CursorFile(rw, opts);
+    let best: { seq: number; map: Record<string, number> } | undefined;
+    for (let slot = 0; slot < 2; slot++) {
+      const buf = Buffer.alloc(SLOT_BYTES);
+      const n = readSync(rw, buf, 0, SLOT_BYTES, slot * SLOT_BYTES);
+      if (n < HEADER) continue;
+      const len = buf.readUInt32LE(0);
+      if (len > SLOT_BYTES - HEADER || HEADER + len > n) continue;
+      if (crc32c(buf.subarray(8, HEADER + len)) !== buf.readUInt32LE(4)) continue;
+      const seq = buf.readUInt32LE(8) + buf.readUInt32LE(12) * 2 ** 32;
+      try {
+        const map = JSON.parse(buf.toString("utf8", HEADER, HEADER + len)) as Record<string, number>;
+        if (best === undefined || seq > best.seq) best = { seq, map };
+      } catch {
+        opts.logger.warn({ path, slot }, "cursor slot holds bad JSON; using the other slot");
+      }
+    }
+    if (best !== undefined) {
+      f.seq = best.seq;
+      for (const [k, v] of Object.entries(best.map)) if (Number.isSafeInteger(v) && v >= 0) f.cursors.set(k, v);
+    }
+    return f;
+  }
+
+  get(child: string): number | undefined {
+    return this.cursors.get(child);
+  }
+
+  children(): string[] {
+    return [...this.cursors.keys()];
+  }
+
+  /** Advances a cursor in memory; it reaches the disk on the ack schedule. */
+  advance(child: string, next: number): void {
+    const cur = this.cursors.get(child);
+    if (cur !== undefined && next <= cur) return;
+    this.cursors.set(child, next);
+    this.dirty = true;
+  }
+
+  /** Sets (or with undefined removes) a cursor and makes it durable before resolving. */
+  async setNow(child: string, next: number | undefined): Promise<void> {
+    if (next === undefined) this.cursors.delete(child);
+    else {
+      if (this.cursors.size >= CURSORS_MAX && !this.cursors.has(child)) throw new Error(`a parent partition has at most ${CURSORS_MAX} children`);
+      this.cursors.set(child, next);
+    }
+    this.dirty = true;
+    this.flush();
+    await this.sync();
+  }
+
+  private encode(): Buffer {
+    const json = Buffer.from(JSON.stringify(Object.fromEntries(this.cursors)), "utf8");
+    if (json.length > SLOT_BYTES - HEADER) throw new Error("copy cursors do not fit their slot");
+    this.seq++;
+    const buf = Buffer.alloc(HEADER + json.length);
+    buf.writeUInt32LE(json.length, 0);
+    buf.writeUInt32LE(this.seq % 2 ** 32, 8);
+    buf.writeUInt32LE(Math.floor(this.seq / 2 ** 32), 12);
+    json.copy(buf, HEADER);
+    buf.writeUInt32LE(crc32c(buf.subarray(8)), 4);
+    return buf;
+  }
+
+  /** Writes the cursors to the OS (or, in power-loss mode, to memory). */
+  flush(): void {
+    if (!this.dirty || this.closed) return;
+    this.dirty = false;
+    const buf = this.encode();
+    if (this.opts.powerLoss) this.pendingSlot = buf;
+    else this.write(buf);
+    this.unsynced = true;
+  }
+
+  private write(buf: Buffer): void {
+    writeSync(this.fd, buf, 0, buf.length, (this.seq % 2) * SLOT_BYTES);
+  }
+
+  async sync(): Promise<void> {
+    if (!this.unsynced || this.closed) return;
+    this.unsynced = false;
+    if (this.pendingSlot !== undefined) {
+      this.write(this.pendingSlot);
+      this.pendingSlot = undefined;
+    }
+    await new Promise<void>((res, rej) => fdatasync(this.fd, (e) => (e ? rej(e) : res())));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.flush();
+    await this.sync();
+    this.closed = true;
+    clearInterval(this.flushTimer);
+    clearInterval(this.syncTimer);
+    closeSync(this.fd);
+  }
+}
