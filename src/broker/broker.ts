@@ -230,7 +230,7 @@ export class Broker {
       // A link without a cursor here means the partition was added after the attach: every
       // record in it was produced after the attach, so copying starts at its beginning.
       for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
-      const copier = new PartitionCopier(t.meta.name, part, cursors, () => t.meta.children, (l, r) => this.copyTo(t, l, r), o.clock, logger.child({ module: "children" }));
+      const copier = new PartitionCopier(t.meta.name, part, cursors, () => t.meta.children, (l, r) => this.copyTo(t, l, r), o.clock, logger.child({ module: "children" }), o.bugs);
       t.copiers.push(copier);
       if (t.meta.children.length > 0) copier.kick();
     }

@@ -21,6 +21,7 @@ import type { Logger } from "pino";
 import type { CursorFile } from "../storage/cursor-file.js";
 import type { Clock, StoredRecord } from "../storage/types.js";
 import type { Partition } from "./partition.js";
+import type { TestBugs } from "./test-bugs.js";
 
 export const COPY_BATCH_RECORDS = 1000;
 export const COPY_BATCH_BYTES = 4 * 1024 * 1024;
@@ -70,6 +71,7 @@ export class PartitionCopier {
     private readonly sink: CopySink,
     private readonly clock: Clock,
     private readonly log: Logger,
+    private readonly bugs: TestBugs,
   ) {
     this.lastSynced = partition.log.syncedOffset;
   }
@@ -119,6 +121,7 @@ export class PartitionCopier {
 
   private commitTimeMs(r: StoredRecord): number {
     for (const c of this.checkpoints) if (r.offset < c.below) return Math.max(c.atMs, r.producedAtMs);
+    if (this.bugs.has("delay-early-after-restart")) return r.producedAtMs - 1e12; // seeded bug
     return r.producedAtMs + PRE_BOOT_COMMIT_MARGIN_MS;
   }
 
@@ -179,6 +182,10 @@ export class PartitionCopier {
             await this.sink(link, due);
           } catch (e) {
             st.failures++;
+            if (this.bugs.has("child-skip-on-failure")) {
+              this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1); // seeded bug: drop them
+              break;
+            }
             st.backoffMs = Math.min(Math.max(100, st.backoffMs * 2), REMOTE_BACKOFF_MAX_MS);
             st.retryAtMono = this.clock.monoMs() + st.backoffMs;
             nextWakeMs = Math.min(nextWakeMs, st.backoffMs);

@@ -12,6 +12,8 @@ export const TEST_BUGS = {
   "accept-replaced-handle": "an older receipt handle of a message still settles its live lease",
   "replay-skip": "replay leaves out the second record of every page",
   "redeliver-acked": "one in five first-delivery acks answers 204 but returns the message",
+  "child-skip-on-failure": "a copy to a child that fails (its owner or cluster is down) is skipped, not retried",
+  "delay-early-after-restart": "a delay child copies records committed before the restart without waiting for the delay",
 } as const;
 
 export type TestBugName = keyof typeof TEST_BUGS;
