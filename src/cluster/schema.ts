@@ -1,0 +1,150 @@
+// Schema migrations of the control plane.
+//
+// Everything lives in the PostgreSQL schema `narad`, so the database can be shared. Migrations are
+// numbered, applied in order, each in its own transaction, and recorded in
+// narad.schema_migrations. Several nodes may start at once: each takes a session-level advisory
+// lock before looking at what is applied, so exactly one applies a migration and the others see
+// it recorded. A database whose schema is newer than this build knows is refused: an old node
+// must not write rows whose meaning it does not know.
+//
+// Append new migrations at the end; never edit one that has shipped.
+
+import type pg from "pg";
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/** pg_advisory_lock key of migrations ("narad-mg"). */
+export const MIGRATION_LOCK_KEY = 0x6e61726164_6d67n;
+/** pg_advisory_xact_lock key that serialises placement decisions ("narad-pl"). */
+export const PLACEMENT_LOCK_KEY = 0x6e61726164_706cn;
+/** pg_advisory_xact_lock key that serialises node number allocation ("narad-nn"). */
+export const NODE_NUMBER_LOCK_KEY = 0x6e61726164_6e6en;
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: "nodes, topics, partitions, users, cluster secret",
+    sql: `
+-- Every change to a row takes a fresh value of this sequence as its version, so a version
+-- never repeats (a user deleted and created again gets a new one).
+CREATE SEQUENCE narad.change_seq;
+
+CREATE TABLE narad.cluster (
+  id          boolean PRIMARY KEY DEFAULT true CHECK (id),
+  secret      bytea NOT NULL CHECK (length(secret) = 32),
+  created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE narad.nodes (
+  id               text PRIMARY KEY,
+  -- small integer for receipt handles, kept across restarts
+  node_number      integer NOT NULL UNIQUE CHECK (node_number BETWEEN 1 AND 65535),
+  advertise_url    text NOT NULL,
+  boot_id          text NOT NULL,
+  registered_at    timestamptz NOT NULL DEFAULT now(),
+  booted_at        timestamptz NOT NULL DEFAULT now(),
+  -- timed by the database clock: live while lease_expires_at > now()
+  lease_expires_at timestamptz NOT NULL,
+  -- 'up' while running, 'stopped' after a graceful stop (lease released)
+  state            text NOT NULL CHECK (state IN ('up', 'stopped')),
+  version          bigint NOT NULL
+);
+
+CREATE TABLE narad.topics (
+  name                  text PRIMARY KEY,
+  incarnation           bigint NOT NULL CHECK (incarnation BETWEEN 1 AND 4294967295),
+  partitions            integer NOT NULL CHECK (partitions >= 1),
+  visibility_timeout_ms bigint NOT NULL CHECK (visibility_timeout_ms >= 0),
+  retention_ms          bigint NOT NULL CHECK (retention_ms >= 0),
+  owner                 text,
+  children              jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(children) = 'array'),
+  created_at            bigint NOT NULL,
+  version               bigint NOT NULL
+);
+
+CREATE TABLE narad.partitions (
+  topic      text NOT NULL REFERENCES narad.topics (name) ON DELETE CASCADE,
+  partition  integer NOT NULL CHECK (partition >= 0),
+  node_id    text NOT NULL REFERENCES narad.nodes (id),
+  epoch      bigint NOT NULL CHECK (epoch >= 1),
+  state      text NOT NULL CHECK (state IN ('serving', 'moving')),
+  move_to    text REFERENCES narad.nodes (id),
+  version    bigint NOT NULL,
+  PRIMARY KEY (topic, partition),
+  CHECK ((state = 'moving') = (move_to IS NOT NULL))
+);
+CREATE INDEX partitions_node_id ON narad.partitions (node_id);
+
+CREATE TABLE narad.users (
+  name        text PRIMARY KEY,
+  password    jsonb NOT NULL,
+  grants      jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array'),
+  created_at  bigint NOT NULL,
+  version     bigint NOT NULL
+);
+`,
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+export class SchemaTooNew extends Error {}
+
+/**
+ * Applies every migration not yet recorded. Uses one connection of the pool for the whole run
+ * (the advisory lock is held by the session). Returns the versions it applied.
+ */
+export async function migrate(pool: pg.Pool): Promise<number[]> {
+  const c = await pool.connect();
+  let broken: Error | undefined;
+  // A checked-out client that loses its connection emits 'error'; unheard, it would crash.
+  const onError = (e: Error): void => {
+    broken = e;
+  };
+  c.on("error", onError);
+  try {
+    await c.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK_KEY.toString()]);
+    try {
+      await c.query("CREATE SCHEMA IF NOT EXISTS narad");
+      await c.query(
+        "CREATE TABLE IF NOT EXISTS narad.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+      );
+      const r = await c.query<{ version: number }>("SELECT version FROM narad.schema_migrations ORDER BY version");
+      const applied = new Set(r.rows.map((x) => x.version));
+      const newest = r.rows.length > 0 ? r.rows[r.rows.length - 1]!.version : 0;
+      if (newest > SCHEMA_VERSION) {
+        throw new SchemaTooNew(`the control plane's schema is at version ${newest}, newer than this build knows (${SCHEMA_VERSION}); upgrade this node`);
+      }
+      const done: number[] = [];
+      for (const m of MIGRATIONS) {
+        if (applied.has(m.version)) continue;
+        await c.query("BEGIN");
+        try {
+          await c.query(m.sql);
+          await c.query("INSERT INTO narad.schema_migrations (version, name) VALUES ($1, $2)", [m.version, m.name]);
+          await c.query("COMMIT");
+        } catch (e) {
+          await c.query("ROLLBACK").catch(() => undefined);
+          throw e;
+        }
+        done.push(m.version);
+      }
+      return done;
+    } finally {
+      await c.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK_KEY.toString()]).catch((e: Error) => {
+        broken = e;
+      });
+    }
+  } catch (e) {
+    broken = e as Error;
+    throw e;
+  } finally {
+    // A connection whose session may still hold the lock is not returned to the pool.
+    c.removeListener("error", onError);
+    c.release(broken);
+  }
+}
