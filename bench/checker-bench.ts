@@ -1,0 +1,61 @@
+// The checker's speed on a generated history: a simulated run of a correct broker with faults,
+// about 1 000 000 lines, written to a temp file, then checked from the file (reading, validation
+// and judgement all timed) in a child process, whose peak RSS is the memory figure. The history
+// must be judged valid. `npm run bench` calls it.
+
+import { spawnSync } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { simulateToFile } from "../src/verify/checker/simulate.js";
+
+export interface CheckerBenchResult {
+  events: number;
+  seconds: number;
+  eventsPerSecond: number;
+  rssMiB: number;
+}
+
+export async function benchChecker(eventsTarget = 1_000_000, seed = 1): Promise<CheckerBenchResult> {
+  const dir = await mkdtemp(join(tmpdir(), "narad-checker-bench-"));
+  try {
+    const path = join(dir, "history.jsonl");
+    await simulateToFile(
+      {
+        seed,
+        // Consumers must keep up with three paths per message, or the drain dwarfs the run.
+        producers: 3,
+        consumers: 24,
+        nodes: 2,
+        partitions: 4,
+        durationMs: Number.MAX_SAFE_INTEGER / 1e6,
+        // The drain adds a little on top of the main phase, so the history is at least the target.
+        mainPhaseEventsMax: eventsTarget,
+        visibilityTimeoutMs: 500,
+        faultEveryMs: 3000,
+        // Slow handlers sleep through whole leases; a few keep consumers from falling behind.
+        lapseRate: 0.002,
+        extendRate: 0.002,
+        nackRate: 0.02,
+        slowAckRate: 0.002,
+      },
+      path,
+    );
+    // The check runs in a child process, so its peak memory is its own, not the generator's.
+    const checkUrl = new URL("../src/verify/checker/check.js", import.meta.url).href;
+    const code = `
+      const { check } = await import(${JSON.stringify(checkUrl)});
+      const t0 = process.hrtime.bigint();
+      const report = await check(${JSON.stringify(path)});
+      const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+      process.stdout.write(JSON.stringify({ seconds, events: report.history.events, verdict: report.verdict,
+        reason: report.reason, maxRssKiB: process.resourceUsage().maxRSS }));`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", code], { encoding: "utf8", maxBuffer: 1 << 20 });
+    if (child.status !== 0) throw new Error(`checker bench: the check failed: ${child.stderr}`);
+    const r = JSON.parse(child.stdout) as { seconds: number; events: number; verdict: string; reason: string; maxRssKiB: number };
+    if (r.verdict !== "valid") throw new Error(`checker bench: the generated history was judged ${r.verdict}: ${r.reason}`);
+    return { events: r.events, seconds: r.seconds, eventsPerSecond: Math.round(r.events / r.seconds), rssMiB: Math.round(r.maxRssKiB / 1024) };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

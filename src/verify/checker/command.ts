@@ -1,0 +1,60 @@
+// `narad verify check HISTORY [--json FILE] [--html FILE]`: the command's body, for the CLI to
+// call. It prints the terminal summary to `out` and returns the exit code:
+//   0 valid · 1 invalid · 2 unknown, or a malformed history (the line and the rule are printed)
+//   3 the history cannot be read, or a report cannot be written.
+
+import { writeFile } from "node:fs/promises";
+import { check } from "./check.js";
+import { HistoryReadError } from "../history/reader.js";
+import { HistoryFormatError } from "../history/validate.js";
+import { formatSummary } from "../report/terminal.js";
+import { renderJson } from "../report/json.js";
+import { renderHtml } from "../report/html.js";
+import type { CheckOptions } from "./types.js";
+
+export const EXIT_VALID = 0;
+export const EXIT_INVALID = 1;
+export const EXIT_UNKNOWN = 2;
+export const EXIT_CANNOT_READ = 3;
+
+export interface CheckCommandArgs {
+  history: string;
+  json?: string;
+  html?: string;
+  options?: CheckOptions;
+}
+
+export async function runCheckCommand(args: CheckCommandArgs, out: NodeJS.WritableStream): Promise<number> {
+  let report;
+  try {
+    report = await check(args.history, args.options);
+  } catch (err) {
+    if (err instanceof HistoryFormatError) {
+      out.write(`narad verify check: UNKNOWN — malformed history ${args.history}, line ${err.line}: ${err.reason}\n`);
+      return EXIT_UNKNOWN;
+    }
+    if (err instanceof HistoryReadError) {
+      out.write(`narad verify check: ${err.message}\n`);
+      return EXIT_CANNOT_READ;
+    }
+    throw err;
+  }
+  let failed = false;
+  const written: { jsonPath?: string; htmlPath?: string } = {};
+  for (const [path, render, key] of [
+    [args.json, renderJson, "jsonPath"],
+    [args.html, renderHtml, "htmlPath"],
+  ] as const) {
+    if (path === undefined) continue;
+    try {
+      await writeFile(path, render(report));
+      written[key] = path;
+    } catch (err) {
+      failed = true;
+      out.write(`narad verify check: cannot write ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}\n`);
+    }
+  }
+  out.write(formatSummary(report, written));
+  if (failed) return EXIT_CANNOT_READ;
+  return report.verdict === "valid" ? EXIT_VALID : report.verdict === "invalid" ? EXIT_INVALID : EXIT_UNKNOWN;
+}

@@ -1,0 +1,190 @@
+// Faults: their evidence, their windows, and which of them may explain what.
+//
+// Evidence (SPEC "Checker verdicts"): a kill, power-loss, terminate or start of node N is believed
+// only if, after the fault was invoked, N reports a boot id other than the last one it reported
+// before (in a start's ok value or a delivery's `boot`). The collector keeps, per node, only the
+// moments the reported boot changed, so "a different boot after the fault" is "a change at or after
+// the fault's invoke".
+//
+// Who a fault can touch: a process fault of node N touches the leases held, and the acks recorded,
+// by N (a delivery's `node` is the owner that leased it); a fault that names no node may touch any.
+// A move touches the partition it names (any, when it names none).
+//
+// What it can explain:
+//   - a lease ended early: kill, power-loss, terminate, move (leases live in the owner's memory);
+//   - an ack forgotten: kill within ack_flush_ms after the ack, power-loss within
+//     ack_sync_ms + ack_flush_ms, a move after the ack began (each window plus the slack).
+//     A terminate flushes and syncs everything, so it forgets nothing.
+
+import { O_FAIL, O_OK, type RunData } from "./collect.js";
+import type { FaultTime } from "./pair.js";
+import { FAULT_KINDS_NEEDING_EVIDENCE, type FaultKind } from "../history/types.js";
+
+const NEEDS_EVIDENCE: ReadonlySet<FaultKind> = new Set(FAULT_KINDS_NEEDING_EVIDENCE);
+const ENDS_LEASES: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "terminate", "move"]);
+const FORGETS_ACKS: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "move"]);
+
+export interface FaultInfo {
+  /** Index into RunData.faults. */
+  fault: number;
+  op: number;
+  kind: FaultKind;
+  node: number;
+  /** Did not fail: it may have happened. */
+  mayHaveHappened: boolean;
+  needsEvidence: boolean;
+  evidence: boolean;
+  evidenceOp: number;
+  /** The op that ended its effect (start, resume, heal), -1 if none; the fault's own for a move. */
+  endOp: number;
+  /** When its effect ended; Infinity when it never did within the history. */
+  endNs: number;
+  time: FaultTime;
+}
+
+function lowerBound(a: number[], x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** First boot change of `node` (any node when -1) at or after `timeNs`: the reporting op, or -1. */
+function bootChangeAfter(run: RunData, node: number, timeNs: number): number {
+  let best = -1;
+  let bestNs = Infinity;
+  const look = (track: { timesNs: number[]; ops: number[] }): void => {
+    const i = lowerBound(track.timesNs, timeNs);
+    if (i < track.timesNs.length && track.timesNs[i]! < bestNs) {
+      bestNs = track.timesNs[i]!;
+      best = track.ops[i]!;
+    }
+  };
+  if (node >= 0) {
+    const track = run.bootTracks.get(node);
+    if (track) look(track);
+  } else {
+    for (const track of run.bootTracks.values()) look(track);
+  }
+  return best;
+}
+
+/** The kinds that end a fault's effect, for the silence measure and the report's shading. */
+function endsEffectOf(kind: FaultKind): FaultKind | null {
+  switch (kind) {
+    case "kill":
+    case "terminate":
+    case "power-loss":
+      return "start";
+    case "pause":
+      return "resume";
+    case "cut":
+    case "latency":
+      return "heal";
+    default:
+      return null;
+  }
+}
+
+export function analyseFaults(run: RunData): FaultInfo[] {
+  const ops = run.ops;
+  const out: FaultInfo[] = [];
+  for (let fi = 0; fi < run.faults.length; fi++) {
+    const fr = run.faults[fi]!;
+    const op = fr.op;
+    const outcome = ops.outcome[op]!;
+    const invNs = ops.invNs[op]!;
+    const compNs = outcome === O_OK ? ops.compNs[op]! : Infinity;
+    const needsEvidence = NEEDS_EVIDENCE.has(fr.kind) && outcome !== O_FAIL;
+    const evidenceOp = NEEDS_EVIDENCE.has(fr.kind) ? bootChangeAfter(run, fr.node, invNs) : -1;
+    out.push({
+      fault: fi,
+      op,
+      kind: fr.kind,
+      node: fr.node,
+      mayHaveHappened: outcome !== O_FAIL,
+      needsEvidence,
+      evidence: evidenceOp >= 0,
+      evidenceOp,
+      endOp: -1,
+      endNs: Infinity,
+      time: { fault: fi, kind: fr.kind, invNs, compNs },
+    });
+  }
+  // Windows: each disrupting fault lasts until the next op of the matching kind on the same node.
+  for (const f of out) {
+    if (f.kind === "move") {
+      f.endOp = f.op;
+      f.endNs = ops.outcome[f.op] === O_OK ? ops.compNs[f.op]! : Infinity;
+      continue;
+    }
+    const ender = endsEffectOf(f.kind);
+    if (ender === null) continue;
+    for (const g of out) {
+      if (g.op <= f.op || g.kind !== ender || !g.mayHaveHappened) continue;
+      if (g.node !== f.node && g.node >= 0 && f.node >= 0) continue;
+      f.endOp = g.op;
+      f.endNs = ops.outcome[g.op] === O_OK ? ops.compNs[g.op]! : Infinity;
+      break;
+    }
+  }
+  return out;
+}
+
+/**
+ * The fault lookups of the per-pair search. `usable` says which faults may be used: the
+ * evidenced ones (first pass) or every one that did not fail (second pass).
+ */
+export class FaultIndex {
+  private readonly enders: FaultInfo[];
+  private readonly forgetters: FaultInfo[];
+  private readonly run: RunData;
+  private readonly cacheEnders = new Map<string, FaultTime[]>();
+  private readonly cacheForgetters = new Map<string, FaultTime[]>();
+
+  constructor(run: RunData, faults: readonly FaultInfo[], usable: (f: FaultInfo) => boolean) {
+    this.run = run;
+    this.enders = faults.filter((f) => f.mayHaveHappened && usable(f) && ENDS_LEASES.has(f.kind));
+    this.forgetters = faults.filter((f) => f.mayHaveHappened && usable(f) && FORGETS_ACKS.has(f.kind));
+  }
+
+  get empty(): boolean {
+    return this.enders.length === 0 && this.forgetters.length === 0;
+  }
+
+  leaseEnders(deliveryOp: number): readonly FaultTime[] {
+    return this.lookup(this.enders, this.cacheEnders, deliveryOp);
+  }
+
+  ackForgetters(deliveryOp: number): readonly FaultTime[] {
+    return this.lookup(this.forgetters, this.cacheForgetters, deliveryOp);
+  }
+
+  private lookup(list: FaultInfo[], cache: Map<string, FaultTime[]>, deliveryOp: number): readonly FaultTime[] {
+    if (list.length === 0) return NONE;
+    const ops = this.run.ops;
+    const node = ops.node[deliveryOp]!;
+    const topic = ops.topic[deliveryOp]!;
+    const partition = ops.partition[deliveryOp]!;
+    const key = `${node}|${topic}|${partition}`;
+    let hit = cache.get(key);
+    if (hit !== undefined) return hit;
+    hit = [];
+    for (const f of list) {
+      if (f.kind === "move") {
+        const fr = this.run.faults[f.fault]!;
+        if (fr.topic >= 0 && fr.topic !== topic) continue;
+        if (fr.partition >= 0 && fr.partition !== partition) continue;
+      } else if (f.node >= 0 && f.node !== node) continue;
+      hit.push(f.time);
+    }
+    cache.set(key, hit);
+    return hit;
+  }
+}
+
+const NONE: readonly FaultTime[] = [];

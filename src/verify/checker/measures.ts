@@ -1,0 +1,307 @@
+// Measures that do not decide the verdict but say how the run went: operation counts, lag,
+// silence after each fault, and the time series and timeline the HTML report draws.
+//
+// Everything is bucketed into at most `buckets` equal time slices (default 200), so the report's
+// size does not grow with the history. Silence after a fault (seed 002's "no error is a result"):
+// from the moment the fault's effect ended (the start after a kill, the resume after a pause, the
+// heal after a cut, the move's own completion) to the next delivery on any path that still had
+// unsettled messages then, a message being unsettled from its produce's 202 until its last 204 ack.
+
+import { F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_NAMES, F_PRODUCE, O_FAIL, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
+import type { FaultInfo } from "./faults.js";
+import type { Anomaly, CheckOptions, LagSummary, LatencySeries, OperationCounts, Series, Timeline } from "./types.js";
+
+export interface PairTimes {
+  nPairs: number;
+  pairTopic: Int32Array;
+  /** When each pair became available (its produce's 202, plus a delay child's delay). */
+  availableNs: Float64Array;
+  /** Its last 204 ack, Infinity if none. */
+  settleNs: Float64Array;
+}
+
+export interface Measures {
+  operationCounts: Record<string, OperationCounts>;
+  consumeEmpty: number;
+  gone410: number;
+  lag: LagSummary;
+  series: Series;
+  timeline: Timeline;
+  /** Per fault (same order as the FaultInfo list): silence after its effect ended, ms. */
+  silenceMs: Array<number | null>;
+}
+
+const MS = 1e6;
+const DISRUPTING: ReadonlySet<string> = new Set(["kill", "terminate", "power-loss", "pause", "cut", "latency", "move"]);
+
+function niceBucketNs(durationNs: number, buckets: number): number {
+  const raw = Math.max(1000, Math.ceil(durationNs / buckets));
+  const pow = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 5, 10]) if (m * pow >= raw) return m * pow;
+  return 10 * pow;
+}
+
+function lowerBound(a: Float64Array, x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Number of elements ≤ x in a sorted array. */
+function countAtMost(a: Float64Array, x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export function buildMeasures(
+  run: RunData,
+  options: CheckOptions,
+  faults: readonly FaultInfo[],
+  pairs: PairTimes,
+  lagMs: Float32Array,
+  lagSince: Uint8Array,
+  anomalies: readonly Anomaly[],
+): Measures {
+  const ops = run.ops;
+  const n = ops.length;
+  const durationNs = Math.max(run.lastTimeNs, 1);
+  const bucketNs = niceBucketNs(durationNs, options.buckets ?? 200);
+  const buckets = Math.floor(durationNs / bucketNs) + 1;
+  const bucketOf = (ns: number): number => Math.min(buckets - 1, Math.floor(ns / bucketNs));
+
+  // ---- counts and series, in one pass over the operations ----
+  const counts = new Int32Array(F_NAMES.length * 4);
+  let consumeEmpty = 0;
+  let gone410 = 0;
+  const produceTp = new Float64Array(buckets);
+  const deliverTp = new Float64Array(buckets);
+  const ackTp = new Float64Array(buckets);
+  // Latency of produce (0), consume (1) and ack (2): sum, count and max per bucket.
+  const latSum = new Float64Array(3 * buckets);
+  const latCount = new Float64Array(3 * buckets);
+  const latMax = new Float64Array(3 * buckets);
+  const lagSeries = new Float64Array(buckets).fill(-1);
+  let lagSamples = new Float64Array(1024);
+  let lagN = 0;
+  let lagMax = -1;
+  let lagMaxOp = -1;
+
+  // Per path: delivery completions, for the silence measure (filled in order, so already sorted
+  // up to the order of completions; sorted below).
+  const nTopics = run.topics.size;
+  const deliveredCount = new Int32Array(nTopics);
+  for (let op = 0; op < n; op++) if (ops.f[op] === F_CONSUME && ops.outcome[op] === O_OK && ops.msg[op]! >= 0) deliveredCount[ops.topic[op]!]!++;
+  const delivered = Array.from(deliveredCount, (c) => new Float64Array(c));
+  deliveredCount.fill(0);
+
+  for (let op = 0; op < n; op++) {
+    const f = ops.f[op]!;
+    const o = ops.outcome[op]!;
+    counts[f * 4 + o]!++;
+    if ((f === F_ACK || f === F_EXTEND || f === F_NACK) && ops.status[op] === 410) gone410++;
+    if (o !== O_OK) continue;
+    const comp = ops.compNs[op]!;
+    const b = bucketOf(comp);
+    let li = -1;
+    if (f === F_PRODUCE) {
+      produceTp[b]!++;
+      li = 0;
+    } else if (f === F_CONSUME) {
+      li = 1;
+      if (ops.msg[op]! < 0) consumeEmpty++;
+      else {
+        deliverTp[b]!++;
+        const tp = ops.topic[op]!;
+        delivered[tp]![deliveredCount[tp]!++] = comp;
+        const lag = lagMs[op]!;
+        if (lag === lag) {
+          if (lagN === lagSamples.length) {
+            const bigger = new Float64Array(lagN * 2);
+            bigger.set(lagSamples);
+            lagSamples = bigger;
+          }
+          lagSamples[lagN++] = lag;
+          if (lag > lagMax) {
+            lagMax = lag;
+            lagMaxOp = op;
+          }
+          if (lag > lagSeries[b]!) lagSeries[b] = lag;
+        }
+      }
+    } else if (f === F_ACK) {
+      ackTp[b]!++;
+      li = 2;
+    }
+    if (li >= 0) {
+      const latencyMs = (comp - ops.invNs[op]!) / MS;
+      const k = li * buckets + b;
+      latSum[k]! += latencyMs;
+      latCount[k]!++;
+      if (latencyMs > latMax[k]!) latMax[k] = latencyMs;
+    }
+  }
+  const operationCounts: Record<string, OperationCounts> = {};
+  for (let f = 1; f < F_NAMES.length; f++) {
+    const open = counts[f * 4 + O_OPEN]!;
+    const ok = counts[f * 4 + O_OK]!;
+    const fail = counts[f * 4 + O_FAIL]!;
+    const info = counts[f * 4 + O_INFO]!;
+    operationCounts[F_NAMES[f]!] = { invoke: open + ok + fail + info, ok, fail, info, open };
+  }
+  const latency = (li: number): LatencySeries => {
+    const meanMs: Array<number | null> = new Array(buckets);
+    const maxMs: Array<number | null> = new Array(buckets);
+    for (let b = 0; b < buckets; b++) {
+      const k = li * buckets + b;
+      const c = latCount[k]!;
+      meanMs[b] = c > 0 ? round3(latSum[k]! / c) : null;
+      maxMs[b] = c > 0 ? round3(latMax[k]!) : null;
+    }
+    return { meanMs, maxMs };
+  };
+  const series: Series = {
+    bucketNs,
+    buckets,
+    throughput: { produce: Array.from(produceTp), deliver: Array.from(deliverTp), ack: Array.from(ackTp) },
+    latency: { produce: latency(0), consume: latency(1), ack: latency(2) },
+    lagMs: Array.from(lagSeries, (v) => (v < 0 ? null : round3(v))),
+  };
+
+  // ---- lag ----
+  let lag: LagSummary;
+  if (lagN === 0) {
+    lag = { maxMs: null, msg: null, path: null, deliveryOp: null, since: null, p50Ms: null, p99Ms: null, samples: 0 };
+  } else {
+    const sorted = lagSamples.subarray(0, lagN).sort();
+    const q = (p: number): number => round3(sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!);
+    const sinceNames = [null, "produce", "nack", "lapse", "fault"] as const;
+    lag = {
+      maxMs: round3(lagMax),
+      msg: run.msgs.name(ops.msg[lagMaxOp]!),
+      path: run.topics.name(ops.topic[lagMaxOp]!),
+      deliveryOp: ops.invIdx[lagMaxOp]!,
+      since: sinceNames[lagSince[lagMaxOp]!] ?? null,
+      p50Ms: q(0.5),
+      p99Ms: q(0.99),
+      samples: sorted.length,
+    };
+  }
+
+  // ---- silence after each fault ----
+  const availCount = new Int32Array(nTopics);
+  const settleCount = new Int32Array(nTopics);
+  for (let p = 0; p < pairs.nPairs; p++) {
+    if (!Number.isFinite(pairs.availableNs[p]!)) continue;
+    availCount[pairs.pairTopic[p]!]!++;
+    if (Number.isFinite(pairs.settleNs[p]!)) settleCount[pairs.pairTopic[p]!]!++;
+  }
+  const avail = Array.from(availCount, (c) => new Float64Array(c));
+  const settle = Array.from(settleCount, (c) => new Float64Array(c));
+  availCount.fill(0);
+  settleCount.fill(0);
+  for (let p = 0; p < pairs.nPairs; p++) {
+    const a = pairs.availableNs[p]!;
+    if (!Number.isFinite(a)) continue;
+    const t = pairs.pairTopic[p]!;
+    avail[t]![availCount[t]!++] = a;
+    const s = pairs.settleNs[p]!;
+    if (Number.isFinite(s)) settle[t]![settleCount[t]!++] = Math.max(a, s);
+  }
+  for (const a of avail) a.sort();
+  for (const a of settle) a.sort();
+  for (const a of delivered) a.sort();
+  const silenceMs: Array<number | null> = faults.map((f) => {
+    if (!DISRUPTING.has(f.kind) || !Number.isFinite(f.endNs)) return null;
+    const t0 = f.endNs;
+    let best = Infinity;
+    for (let t = 0; t < nTopics; t++) {
+      const unsettled = countAtMost(avail[t]!, t0) - countAtMost(settle[t]!, t0);
+      if (unsettled <= 0) continue;
+      const d = delivered[t]!;
+      const i = lowerBound(d, t0);
+      if (i < d.length && d[i]! - t0 < best) best = d[i]! - t0;
+    }
+    return Number.isFinite(best) ? round3(best / MS) : null;
+  });
+
+  // ---- timeline ----
+  const procMax = options.timelineProcessesMax ?? 40;
+  const nProcs = run.processes.size;
+  const procCount = new Int32Array(nProcs);
+  for (let op = 0; op < n; op++) procCount[ops.proc[op]!]!++;
+  const order = Array.from({ length: nProcs }, (_, i) => i).sort((a, b) => procCount[b]! - procCount[a]!);
+  const shown = order.slice(0, procMax);
+  const nemesis = run.processes.find("nemesis");
+  if (nemesis >= 0 && !shown.includes(nemesis)) shown[shown.length - 1] = nemesis;
+  const rowOf = new Int32Array(nProcs).fill(-1);
+  shown.forEach((p, r) => (rowOf[p] = r));
+  // Per shown process: ok, fail and info (with never completed) counts per bucket.
+  const cells = new Int32Array(shown.length * 3 * buckets);
+  for (let op = 0; op < n; op++) {
+    const r = rowOf[ops.proc[op]!]!;
+    if (r < 0) continue;
+    const o = ops.outcome[op]!;
+    const col = o === O_OK ? 0 : o === O_FAIL ? 1 : 2;
+    cells[(r * 3 + col) * buckets + bucketOf(ops.invNs[op]!)]!++;
+  }
+  const collator = new Intl.Collator("en", { numeric: true });
+  const processes = shown
+    .map((p, r) => ({
+      process: run.processes.name(p),
+      ok: Array.from(cells.subarray((r * 3) * buckets, (r * 3 + 1) * buckets)),
+      fail: Array.from(cells.subarray((r * 3 + 1) * buckets, (r * 3 + 2) * buckets)),
+      info: Array.from(cells.subarray((r * 3 + 2) * buckets, (r * 3 + 3) * buckets)),
+    }))
+    .sort((a, b) => collator.compare(a.process, b.process));
+  const opAtIndex = (lineIndex: number): number => {
+    let lo = 0;
+    let hi = n;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (ops.invIdx[mid]! < lineIndex) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo < n && ops.invIdx[lo] === lineIndex ? lo : -1;
+  };
+  const marks: Timeline["marks"] = [];
+  for (const a of anomalies) {
+    if (marks.length >= 200) break;
+    const last = a.ops[a.ops.length - 1];
+    if (last === undefined) continue;
+    const op = opAtIndex(last);
+    if (op >= 0) marks.push({ timeNs: ops.invNs[op]!, op: last, name: a.name });
+  }
+  const timeline: Timeline = {
+    bucketNs,
+    buckets,
+    processes,
+    processesOmitted: nProcs - shown.length,
+    faultWindows: faults
+      .filter((f) => DISRUPTING.has(f.kind) && f.mayHaveHappened)
+      .map((f) => ({
+        op: ops.invIdx[f.op]!,
+        kind: f.kind,
+        node: f.node >= 0 ? run.nodes.name(f.node) : null,
+        startNs: ops.invNs[f.op]!,
+        endNs: Number.isFinite(f.endNs) ? f.endNs : durationNs,
+      })),
+    marks,
+  };
+
+  return { operationCounts, consumeEmpty, gone410, lag, series, timeline, silenceMs };
+}
+
+function round3(v: number): number {
+  return Math.round(v * 1000) / 1000;
+}

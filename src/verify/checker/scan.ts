@@ -1,0 +1,783 @@
+// The checker's fast reader: history bytes straight into the Collector's columns.
+//
+// JSON.parse plus object validation costs about 2 µs a line, too slow for a million-line history
+// checked in seconds. This scanner reads the common lines (invokes and completions of produce,
+// consume, ack, extend and nack) byte by byte, without building objects or strings: message ids,
+// topics, handles and process names are hashed as they are scanned and looked up in byte-keyed
+// tables that map to the Collector's interned ids.
+//
+// It is deliberately conservative: any line it does not fully understand (the config, replays,
+// faults, escapes or non-ASCII bytes in a string the checker uses, floats, a duplicate key, a field
+// in an unusual place) goes to the slow path, the reader's JSON.parse and HistoryValidator, which
+// accepts or rejects it with the usual message. Lines the scanner accepts are lines the validator
+// accepts, with the same effect; the sequence rules (index, time, invoke/completion per process)
+// are the validator's own methods, so both paths keep one state. A property test compares the two.
+
+import { Collector, F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, F_REPLAY, fnv1a, type Interner, O_FAIL, O_INFO, O_OK } from "./collect.js";
+import { open, type FileHandle } from "node:fs/promises";
+import { acceptLine, HistoryReadError, LINE_BYTES_MAX, sourceChunks, type HistorySource } from "../history/reader.js";
+import { HistoryFormatError, HistoryValidator, LineProblem } from "../history/validate.js";
+import type { EventType, OpName } from "../history/types.js";
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const LBRACE = 0x7b;
+const RBRACE = 0x7d;
+const LBRACKET = 0x5b;
+const RBRACKET = 0x5d;
+const COLON = 0x3a;
+const COMMA = 0x2c;
+
+/** The file is read through two buffers of this size, reused. */
+const SCAN_BUFFER_BYTES = 1024 * 1024;
+
+const FNV_OFFSET = 0x811c9dc5 | 0;
+const FNV_PRIME = 0x01000193;
+
+// Value kinds of a scanned field.
+const V_ABSENT = 0;
+const V_STRING = 1;
+const V_INT = 2;
+const V_NULL = 3;
+
+// Value fields the scanner understands.
+const K_TOPIC = 0;
+const K_MSG = 1;
+const K_KEY = 2;
+const K_PARTITION = 3;
+const K_OFFSET = 4;
+const K_STATUS = 5;
+const K_DELIVERY = 6;
+const K_DELIVERY_COUNT = 7;
+const K_NODE = 8;
+const K_BOOT = 9;
+/** A replay's answer: parsed into `replayOffsets`, its kind V_ARRAY. */
+const K_MSGS = 10;
+const N_KEYS = 11;
+const V_ARRAY = 4;
+
+const T_INVOKE = 0;
+const T_OK = 1;
+const T_FAIL = 2;
+const T_INFO = 3;
+const TYPE_NAMES: readonly EventType[] = ["invoke", "ok", "fail", "info"];
+const F_NAME_OF: Record<number, OpName> = {
+  [F_PRODUCE]: "produce",
+  [F_CONSUME]: "consume",
+  [F_ACK]: "ack",
+  [F_EXTEND]: "extend",
+  [F_NACK]: "nack",
+  [F_REPLAY]: "replay",
+};
+
+function lit(text: string): Uint8Array {
+  return Uint8Array.from(text, (c) => c.charCodeAt(0));
+}
+// The writer's line layout, matched literally first: most lines of most histories take it.
+const L_INDEX = lit('{"index":');
+const L_TIME = lit(',"time_ns":');
+const L_PROCESS = lit(',"process":');
+const L_TYPE = lit(',"type":');
+const L_F = lit(',"f":');
+const L_VALUE = lit(',"value":');
+
+function isWs(c: number): boolean {
+  return c === 0x20 || c === 0x09 || c === 0x0d || c === 0x0a;
+}
+
+function bytesAre(b: Buffer, start: number, len: number, text: string): boolean {
+  if (len !== text.length) return false;
+  for (let i = 0; i < len; i++) if (b[start + i] !== text.charCodeAt(i)) return false;
+  return true;
+}
+
+export class FastScanner {
+  private readonly collector: Collector;
+  private readonly validator: HistoryValidator;
+  private readonly processes: Interner;
+  private readonly topics: Interner;
+  private readonly msgs: Interner;
+  private readonly deliveries: Interner;
+  private readonly nodes: Interner;
+  private readonly boots: Interner;
+  /** The validator's slot of each process id (-1: not asked yet). */
+  private slotOfProcess = new Int32Array(64).fill(-1);
+  /** Lines that took the slow path, for the benchmark's curiosity. */
+  slowLines = 0;
+
+  // The last scanned string or number: its bytes and hash (scalar scratch, no allocation).
+  private sStart = 0;
+  private sEnd = 0;
+  private sHash = 0;
+  private num = 0;
+
+  // Top-level fields of the current line.
+  private index = -1;
+  private timeNs = -1;
+  private procStart = 0;
+  private procEnd = 0;
+  private procHash = 0;
+  private type = -1;
+  private f = -1;
+
+  // Value fields of the current line.
+  private readonly kind = new Int8Array(N_KEYS);
+  private readonly vStart = new Int32Array(N_KEYS);
+  private readonly vEnd = new Int32Array(N_KEYS);
+  private readonly vHash = new Int32Array(N_KEYS);
+  private readonly vNum = new Float64Array(N_KEYS);
+  /** The offsets of a replay's answer. */
+  private replayOffsets: number[] = [];
+
+  constructor(collector: Collector, validator: HistoryValidator) {
+    this.collector = collector;
+    this.validator = validator;
+    this.processes = collector.processes;
+    this.topics = collector.topics;
+    this.msgs = collector.msgs;
+    this.deliveries = collector.deliveries;
+    this.nodes = collector.nodes;
+    this.boots = collector.boots;
+  }
+
+  /** One line, without its newline. Throws HistoryFormatError for a malformed line. */
+  line(b: Buffer, start: number, end: number, lineNo: number): void {
+    if (end - start > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo, `line longer than ${LINE_BYTES_MAX} bytes`);
+    // CR before the newline is whitespace to the scanner; the slow path drops it itself.
+    if (this.fast(b, start, end, lineNo)) return;
+    this.slowLines++;
+    this.collector.add(acceptLine(this.validator, b.toString("utf8", start, end), lineNo));
+  }
+
+  private ws(b: Buffer, p: number, end: number): number {
+    while (p < end && isWs(b[p]!)) p++;
+    return p;
+  }
+
+  /** A string without escapes, control or non-ASCII bytes: sets sStart/sEnd/sHash. -1 to bail. */
+  private str(b: Buffer, p: number, end: number): number {
+    if (b[p] !== QUOTE) return -1;
+    let h = FNV_OFFSET;
+    const s = ++p;
+    while (p < end) {
+      const c = b[p]!;
+      if (c === QUOTE) {
+        this.sStart = s;
+        this.sEnd = p;
+        this.sHash = h;
+        return p + 1;
+      }
+      if (c === BACKSLASH || c < 0x20 || c >= 0x80) return -1;
+      h = Math.imul(h ^ c, FNV_PRIME);
+      p++;
+    }
+    return -1;
+  }
+
+  /** An object key: like str, without the hash (keys are matched, never interned). */
+  private key(b: Buffer, p: number, end: number): number {
+    if (b[p] !== QUOTE) return -1;
+    const s = ++p;
+    while (p < end) {
+      const c = b[p]!;
+      if (c === QUOTE) {
+        this.sStart = s;
+        this.sEnd = p;
+        return p + 1;
+      }
+      if (c === BACKSLASH || c < 0x20 || c >= 0x80) return -1;
+      p++;
+    }
+    return -1;
+  }
+
+  /** A nonnegative integer of at most 15 digits, no fraction or exponent: sets num. -1 to bail. */
+  private int(b: Buffer, p: number, end: number): number {
+    const s = p;
+    let v = 0;
+    while (p < end) {
+      const c = b[p]!;
+      if (c < 0x30 || c > 0x39) break;
+      v = v * 10 + (c - 0x30);
+      p++;
+    }
+    const n = p - s;
+    if (n === 0 || n > 15 || (n > 1 && b[s] === 0x30)) return -1;
+    if (p < end) {
+      const c = b[p]!;
+      if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
+    }
+    this.num = v;
+    this.sStart = s;
+    this.sEnd = p;
+    // No hash: most numbers are never interned; an id given as a number is hashed when it is.
+    this.sHash = 0;
+    return p;
+  }
+
+  /** Skips any JSON value, checking its grammar. -1 on anything wrong or too deep. */
+  private skip(b: Buffer, p: number, end: number, depth: number): number {
+    if (p >= end || depth > 32) return -1;
+    const c = b[p]!;
+    if (c === QUOTE) {
+      p++;
+      while (p < end) {
+        const d = b[p]!;
+        if (d === QUOTE) return p + 1;
+        if (d < 0x20) return -1;
+        if (d === BACKSLASH) {
+          const e = b[p + 1];
+          if (e === 0x75) {
+            for (let k = 2; k < 6; k++) {
+              const x = b[p + k];
+              if (x === undefined || !((x >= 0x30 && x <= 0x39) || (x >= 0x41 && x <= 0x46) || (x >= 0x61 && x <= 0x66))) return -1;
+            }
+            p += 6;
+            continue;
+          }
+          if (e !== QUOTE && e !== BACKSLASH && e !== 0x2f && e !== 0x62 && e !== 0x66 && e !== 0x6e && e !== 0x72 && e !== 0x74) return -1;
+          p += 2;
+          continue;
+        }
+        p++;
+      }
+      return -1;
+    }
+    if (c === LBRACE || c === LBRACKET) {
+      const close = c === LBRACE ? RBRACE : RBRACKET;
+      p = this.ws(b, p + 1, end);
+      if (b[p] === close) return p + 1;
+      for (;;) {
+        if (c === LBRACE) {
+          if (b[p] !== QUOTE) return -1;
+          p = this.skip(b, p, end, depth + 1);
+          if (p < 0) return -1;
+          p = this.ws(b, p, end);
+          if (b[p] !== COLON) return -1;
+          p = this.ws(b, p + 1, end);
+        }
+        p = this.skip(b, p, end, depth + 1);
+        if (p < 0) return -1;
+        p = this.ws(b, p, end);
+        if (b[p] === COMMA) {
+          p = this.ws(b, p + 1, end);
+          continue;
+        }
+        if (b[p] === close) return p + 1;
+        return -1;
+      }
+    }
+    if (c === 0x74) return bytesAre(b, p, Math.min(4, end - p), "true") ? p + 4 : -1;
+    if (c === 0x66) return bytesAre(b, p, Math.min(5, end - p), "false") ? p + 5 : -1;
+    if (c === 0x6e) return bytesAre(b, p, Math.min(4, end - p), "null") ? p + 4 : -1;
+    // A number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+    if (c === 0x2d) p++;
+    if (p >= end) return -1;
+    if (b[p] === 0x30) p++;
+    else if (b[p]! >= 0x31 && b[p]! <= 0x39) while (p < end && b[p]! >= 0x30 && b[p]! <= 0x39) p++;
+    else return -1;
+    if (b[p] === 0x2e) {
+      p++;
+      const s = p;
+      while (p < end && b[p]! >= 0x30 && b[p]! <= 0x39) p++;
+      if (p === s) return -1;
+    }
+    if (b[p] === 0x65 || b[p] === 0x45) {
+      p++;
+      if (b[p] === 0x2b || b[p] === 0x2d) p++;
+      const s = p;
+      while (p < end && b[p]! >= 0x30 && b[p]! <= 0x39) p++;
+      if (p === s) return -1;
+    }
+    return p;
+  }
+
+  /** A replay's `[[offset, msg], ...]`, offsets into replayOffsets. -1 to bail. */
+  private msgsArray(b: Buffer, p: number, end: number): number {
+    const offsets: number[] = [];
+    p = this.ws(b, p + 1, end);
+    if (b[p] === RBRACKET) {
+      this.replayOffsets = offsets;
+      return p + 1;
+    }
+    for (;;) {
+      if (b[p] !== LBRACKET) return -1;
+      p = this.int(b, this.ws(b, p + 1, end), end);
+      if (p < 0) return -1;
+      offsets.push(this.num);
+      p = this.ws(b, p, end);
+      if (b[p] !== COMMA) return -1;
+      p = this.ws(b, p + 1, end);
+      if (b[p] === QUOTE) {
+        p = this.str(b, p, end);
+        if (p < 0 || this.sEnd === this.sStart) return -1;
+      } else {
+        p = this.int(b, p, end);
+        if (p < 0) return -1;
+      }
+      p = this.ws(b, p, end);
+      if (b[p] !== RBRACKET) return -1;
+      p = this.ws(b, p + 1, end);
+      if (b[p] === COMMA) {
+        p = this.ws(b, p + 1, end);
+        continue;
+      }
+      if (b[p] === RBRACKET) {
+        this.replayOffsets = offsets;
+        return p + 1;
+      }
+      return -1;
+    }
+  }
+
+  /** Which value field a key names, or -1. */
+  private valueKey(b: Buffer, s: number, len: number): number {
+    // Most keys differ in length or first byte: compare the rest only for a candidate.
+    switch (len) {
+      case 3:
+        if (bytesAre(b, s, 3, "msg")) return K_MSG;
+        if (bytesAre(b, s, 3, "key")) return K_KEY;
+        return -1;
+      case 4:
+        if (bytesAre(b, s, 4, "node")) return K_NODE;
+        if (bytesAre(b, s, 4, "boot")) return K_BOOT;
+        if (bytesAre(b, s, 4, "msgs")) return K_MSGS;
+        return -1;
+      case 5:
+        return bytesAre(b, s, 5, "topic") ? K_TOPIC : -1;
+      case 6:
+        if (bytesAre(b, s, 6, "offset")) return K_OFFSET;
+        if (bytesAre(b, s, 6, "status")) return K_STATUS;
+        return -1;
+      case 8:
+        return bytesAre(b, s, 8, "delivery") ? K_DELIVERY : -1;
+      case 9:
+        return bytesAre(b, s, 9, "partition") ? K_PARTITION : -1;
+      case 14:
+        return bytesAre(b, s, 14, "delivery_count") ? K_DELIVERY_COUNT : -1;
+      default:
+        return -1;
+    }
+  }
+
+  /** The value object; fills the value fields. -1 to bail. */
+  private value(b: Buffer, p: number, end: number): number {
+    const kind = this.kind;
+    kind.fill(V_ABSENT);
+    if (b[p] !== LBRACE) return -1;
+    p = this.ws(b, p + 1, end);
+    if (b[p] === RBRACE) return p + 1;
+    for (;;) {
+      p = this.key(b, p, end);
+      if (p < 0) return -1;
+      const k = this.valueKey(b, this.sStart, this.sEnd - this.sStart);
+      p = this.ws(b, p, end);
+      if (b[p] !== COLON) return -1;
+      p = this.ws(b, p + 1, end);
+      if (k < 0) {
+        p = this.skip(b, p, end, 1);
+        if (p < 0) return -1;
+      } else {
+        if (kind[k] !== V_ABSENT) return -1; // a repeated key: JSON.parse keeps the last; let it decide
+        const c = b[p]!;
+        if (c === QUOTE) {
+          p = this.str(b, p, end);
+          if (p < 0) return -1;
+          kind[k] = V_STRING;
+        } else if (c >= 0x30 && c <= 0x39) {
+          p = this.int(b, p, end);
+          if (p < 0) return -1;
+          kind[k] = V_INT;
+          this.vNum[k] = this.num;
+        } else if (c === 0x6e && bytesAre(b, p, Math.min(4, end - p), "null")) {
+          p += 4;
+          kind[k] = V_NULL;
+        } else if (c === LBRACKET && k === K_MSGS) {
+          p = this.msgsArray(b, p, end);
+          if (p < 0) return -1;
+          kind[k] = V_ARRAY;
+        } else {
+          return -1;
+        }
+        this.vStart[k] = this.sStart;
+        this.vEnd[k] = this.sEnd;
+        this.vHash[k] = this.sHash;
+      }
+      p = this.ws(b, p, end);
+      if (b[p] === COMMA) {
+        p = this.ws(b, p + 1, end);
+        continue;
+      }
+      if (b[p] === RBRACE) return p + 1;
+      return -1;
+    }
+  }
+
+  private typeCode(b: Buffer, s: number, n: number): number {
+    return bytesAre(b, s, n, "invoke") ? T_INVOKE : bytesAre(b, s, n, "ok") ? T_OK : bytesAre(b, s, n, "fail") ? T_FAIL : bytesAre(b, s, n, "info") ? T_INFO : -2;
+  }
+
+  private fCode(b: Buffer, s: number, n: number): number {
+    switch (n) {
+      case 3:
+        return bytesAre(b, s, 3, "ack") ? F_ACK : -2;
+      case 4:
+        return bytesAre(b, s, 4, "nack") ? F_NACK : -2;
+      case 6:
+        return bytesAre(b, s, 6, "extend") ? F_EXTEND : bytesAre(b, s, 6, "replay") ? F_REPLAY : -2;
+      case 7:
+        return bytesAre(b, s, 7, "produce") ? F_PRODUCE : bytesAre(b, s, 7, "consume") ? F_CONSUME : -2;
+      default:
+        return -2;
+    }
+  }
+
+  /** Whether the bytes at p are `text`. */
+  private at(b: Buffer, p: number, end: number, text: Uint8Array): boolean {
+    const n = text.length;
+    if (p + n > end) return false;
+    for (let i = 0; i < n; i++) if (b[p + i] !== text[i]) return false;
+    return true;
+  }
+
+  /** The writer's exact layout: -1 when the line has another layout (then the general scan runs). */
+  private template(b: Buffer, start: number, end: number): number {
+    let p = start;
+    if (!this.at(b, p, end, L_INDEX)) return -1;
+    p = this.int(b, p + L_INDEX.length, end);
+    if (p < 0) return -1;
+    this.index = this.num;
+    if (!this.at(b, p, end, L_TIME)) return -1;
+    p = this.int(b, p + L_TIME.length, end);
+    if (p < 0) return -1;
+    this.timeNs = this.num;
+    if (!this.at(b, p, end, L_PROCESS)) return -1;
+    p = this.str(b, p + L_PROCESS.length, end);
+    if (p < 0 || this.sEnd === this.sStart) return -1;
+    this.procStart = this.sStart;
+    this.procEnd = this.sEnd;
+    this.procHash = this.sHash;
+    if (!this.at(b, p, end, L_TYPE)) return -1;
+    p = this.str(b, p + L_TYPE.length, end);
+    if (p < 0) return -1;
+    this.type = this.typeCode(b, this.sStart, this.sEnd - this.sStart);
+    if (this.type < 0) return -1;
+    if (!this.at(b, p, end, L_F)) return -1;
+    p = this.str(b, p + L_F.length, end);
+    if (p < 0) return -1;
+    this.f = this.fCode(b, this.sStart, this.sEnd - this.sStart);
+    if (this.f < 0) return -1;
+    if (!this.at(b, p, end, L_VALUE)) return -1;
+    p = this.value(b, p + L_VALUE.length, end);
+    if (p < 0 || b[p] !== RBRACE) return -1;
+    return this.ws(b, p + 1, end) === end ? p : -1;
+  }
+
+  /** True when the line was understood and recorded; false sends it to the slow path. */
+  private fast(b: Buffer, start: number, end: number, lineNo: number): boolean {
+    if (this.template(b, start, end) >= 0) return this.index > 0 && this.record(b, lineNo);
+    let p = this.ws(b, start, end);
+    if (b[p] !== LBRACE) return false;
+    this.index = -1;
+    this.timeNs = -1;
+    this.type = -1;
+    this.f = -1;
+    let haveProc = false;
+    let haveValue = false;
+    p = this.ws(b, p + 1, end);
+    for (;;) {
+      p = this.key(b, p, end);
+      if (p < 0) return false;
+      const ks = this.sStart;
+      const kl = this.sEnd - ks;
+      p = this.ws(b, p, end);
+      if (b[p] !== COLON) return false;
+      p = this.ws(b, p + 1, end);
+      if (kl === 5 && bytesAre(b, ks, 5, "index")) {
+        if (this.index >= 0) return false;
+        p = this.int(b, p, end);
+        if (p < 0) return false;
+        this.index = this.num;
+      } else if (kl === 7 && bytesAre(b, ks, 7, "time_ns")) {
+        if (this.timeNs >= 0) return false;
+        p = this.int(b, p, end);
+        if (p < 0) return false;
+        this.timeNs = this.num;
+      } else if (kl === 7 && bytesAre(b, ks, 7, "process")) {
+        if (haveProc) return false;
+        p = this.str(b, p, end);
+        if (p < 0 || this.sEnd === this.sStart) return false;
+        this.procStart = this.sStart;
+        this.procEnd = this.sEnd;
+        this.procHash = this.sHash;
+        haveProc = true;
+      } else if (kl === 4 && bytesAre(b, ks, 4, "type")) {
+        if (this.type >= 0) return false;
+        p = this.str(b, p, end);
+        if (p < 0) return false;
+        this.type = this.typeCode(b, this.sStart, this.sEnd - this.sStart);
+        if (this.type < 0) return false;
+      } else if (kl === 1 && b[ks] === 0x66) {
+        if (this.f >= 0) return false;
+        p = this.str(b, p, end);
+        if (p < 0) return false;
+        this.f = this.fCode(b, this.sStart, this.sEnd - this.sStart);
+        if (this.f < 0) return false;
+      } else if (kl === 5 && bytesAre(b, ks, 5, "value")) {
+        if (haveValue) return false;
+        p = this.value(b, p, end);
+        if (p < 0) return false;
+        haveValue = true;
+      } else {
+        p = this.skip(b, p, end, 1);
+        if (p < 0) return false;
+      }
+      p = this.ws(b, p, end);
+      if (b[p] === COMMA) {
+        p = this.ws(b, p + 1, end);
+        continue;
+      }
+      if (b[p] === RBRACE) break;
+      return false;
+    }
+    if (this.ws(b, p + 1, end) !== end) return false;
+    if (this.index <= 0 || this.timeNs < 0 || !haveProc || this.type < 0 || this.f < 0 || !haveValue) return false;
+    return this.record(b, lineNo);
+  }
+
+  private slot(procId: number): number {
+    if (procId >= this.slotOfProcess.length) {
+      const a = new Int32Array(Math.max(procId + 1, this.slotOfProcess.length * 2)).fill(-1);
+      a.set(this.slotOfProcess);
+      this.slotOfProcess = a;
+    }
+    let slot = this.slotOfProcess[procId]!;
+    if (slot < 0) {
+      slot = this.validator.processSlot(this.processes.name(procId));
+      this.slotOfProcess[procId] = slot;
+    }
+    return slot;
+  }
+
+  /** The hash of a value field's bytes (computed now for a number: int() skips it). */
+  private hashOf(b: Buffer, k: number): number {
+    return this.kind[k] === V_INT ? fnv1a(b, this.vStart[k]!, this.vEnd[k]!) : this.vHash[k]!;
+  }
+
+  private isStr(k: number): boolean {
+    return this.kind[k] === V_STRING && this.vEnd[k]! > this.vStart[k]!;
+  }
+  private isId(k: number): boolean {
+    return this.isStr(k) || this.kind[k] === V_INT;
+  }
+  private isInt(k: number): boolean {
+    return this.kind[k] === V_INT;
+  }
+
+  /** The value's shape as validateValue would check it, then the sequence rules, then the columns. */
+  private record(b: Buffer, lineNo: number): boolean {
+    const t = this.type;
+    const f = this.f;
+    const kind = this.kind;
+    let empty = false;
+    if (t === T_INVOKE) {
+      if (!this.isStr(K_TOPIC)) return false;
+      if (f === F_REPLAY) {
+        if (!this.isInt(K_PARTITION) || !this.isInt(K_OFFSET)) return false;
+      } else if (f === F_PRODUCE) {
+        if (!this.isId(K_MSG)) return false;
+        if (kind[K_KEY] === V_INT) return false;
+      } else if (f !== F_CONSUME) {
+        if (!this.isId(K_MSG) || !this.isId(K_DELIVERY)) return false;
+      }
+    } else if (t === T_OK) {
+      if (f === F_REPLAY) {
+        if (kind[K_MSGS] !== V_ARRAY) return false;
+      } else if (f === F_PRODUCE) {
+        if (!this.isInt(K_PARTITION) || !this.isInt(K_OFFSET)) return false;
+        if (kind[K_STATUS] !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 202)) return false;
+      } else if (f === F_CONSUME) {
+        if (!this.isStr(K_TOPIC)) return false;
+        if (kind[K_MSG] === V_NULL) empty = true;
+        else {
+          if (!this.isId(K_MSG) || !this.isInt(K_PARTITION) || !this.isInt(K_OFFSET) || !this.isId(K_DELIVERY)) return false;
+          if (!this.isStr(K_NODE) || !this.isStr(K_BOOT)) return false;
+          if (kind[K_DELIVERY_COUNT] !== V_ABSENT && !(this.isInt(K_DELIVERY_COUNT) && this.vNum[K_DELIVERY_COUNT]! >= 1)) return false;
+        }
+      } else if (kind[K_STATUS] !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 204)) {
+        return false;
+      }
+    } else if (kind[K_STATUS] !== V_ABSENT && kind[K_STATUS] !== V_INT) {
+      return false;
+    }
+
+    // The shape is valid: intern, then apply the sequence rules (which may reject the line).
+    const procId = this.processes.idBytes(b, this.procStart, this.procEnd, this.procHash);
+    const needsTopic = t === T_INVOKE || (t === T_OK && f === F_CONSUME);
+    const topicId = needsTopic ? this.topics.idBytes(b, this.vStart[K_TOPIC]!, this.vEnd[K_TOPIC]!, this.vHash[K_TOPIC]!) : -1;
+    const c = this.collector;
+    const v = this.validator;
+    try {
+      v.checkIndex(this.index);
+      v.checkTime(this.timeNs);
+      const detail = f === F_CONSUME && needsTopic ? c.topics.name(topicId) : undefined;
+      v.sequenceSlot(this.slot(procId), this.index, TYPE_NAMES[t]!, F_NAME_OF[f]!, detail);
+      v.commit(this.index, this.timeNs);
+    } catch (err) {
+      if (err instanceof LineProblem) throw new HistoryFormatError(lineNo, err.message);
+      throw err;
+    }
+
+    const ops = c.ops;
+    if (t === T_INVOKE) {
+      const op = c.openOp(f, procId, this.index, this.timeNs);
+      ops.topic[op] = topicId;
+      if (f === F_REPLAY) {
+        ops.partition[op] = this.vNum[K_PARTITION]!;
+        ops.offset[op] = this.vNum[K_OFFSET]!;
+        return true;
+      }
+      if (f !== F_CONSUME) ops.msg[op] = this.msgs.idBytes(b, this.vStart[K_MSG]!, this.vEnd[K_MSG]!, this.hashOf(b, K_MSG));
+      if (f === F_ACK || f === F_EXTEND || f === F_NACK) {
+        ops.delivery[op] = this.deliveries.idBytes(b, this.vStart[K_DELIVERY]!, this.vEnd[K_DELIVERY]!, this.hashOf(b, K_DELIVERY));
+      }
+      return true;
+    }
+    const statusNum = kind[K_STATUS] === V_INT ? this.vNum[K_STATUS]! : 0;
+    const op = c.closeOp(procId, t === T_OK ? O_OK : t === T_FAIL ? O_FAIL : O_INFO, this.index, this.timeNs, statusNum < 32768 ? statusNum : 0);
+    if (t !== T_OK) return true;
+    if (f === F_PRODUCE) {
+      ops.partition[op] = this.vNum[K_PARTITION]!;
+      ops.offset[op] = this.vNum[K_OFFSET]!;
+    } else if (f === F_REPLAY) {
+      c.replayed(op, this.replayOffsets);
+    } else if (f === F_CONSUME && !empty) {
+      c.delivered(
+        op,
+        this.msgs.idBytes(b, this.vStart[K_MSG]!, this.vEnd[K_MSG]!, this.hashOf(b, K_MSG)),
+        this.vNum[K_PARTITION]!,
+        this.vNum[K_OFFSET]!,
+        this.deliveries.idBytes(b, this.vStart[K_DELIVERY]!, this.vEnd[K_DELIVERY]!, this.hashOf(b, K_DELIVERY)),
+        this.nodes.idBytes(b, this.vStart[K_NODE]!, this.vEnd[K_NODE]!, this.vHash[K_NODE]!),
+        this.boots.idBytes(b, this.vStart[K_BOOT]!, this.vEnd[K_BOOT]!, this.vHash[K_BOOT]!),
+        this.timeNs,
+      );
+    }
+    return true;
+  }
+}
+
+/**
+ * Reads a history into a Collector through the fast scanner (the slow path for the lines it does
+ * not take). Rejects with HistoryFormatError or HistoryReadError like the reader.
+ */
+export async function scanHistory(source: HistorySource, collector: Collector): Promise<{ lines: number; slowLines: number }> {
+  const validator = new HistoryValidator();
+  const scanner = new FastScanner(collector, validator);
+  const path = typeof source === "string" ? source : "path" in source && typeof source.path === "string" ? source.path : null;
+  const lineNo = path !== null ? await scanFile(path, scanner) : await scanChunks(sourceChunks(source), scanner);
+  if (validator.lines === 0) throw new HistoryFormatError(1, "empty history: the first line must be the config");
+  void lineNo;
+  return { lines: validator.lines, slowLines: scanner.slowLines };
+}
+
+/**
+ * Lines of a file through two reused buffers: one is scanned while the next read fills the other
+ * (fresh memory per chunk costs more than the parsing, and waiting on each read adds up).
+ */
+async function scanFile(path: string, scanner: FastScanner): Promise<number> {
+  let fh: FileHandle;
+  try {
+    fh = await open(path, "r");
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new HistoryReadError(`cannot read ${path}: ${e.code ?? e.message}`, err);
+  }
+  const read = (buf: Buffer, position: number): Promise<number> =>
+    fh.read(buf, 0, buf.length, position).then(
+      (r) => r.bytesRead,
+      (err: NodeJS.ErrnoException) => {
+        throw new HistoryReadError(`cannot read ${path}: ${err.code ?? err.message}`, err);
+      },
+    );
+  const bufs = [Buffer.allocUnsafeSlow(SCAN_BUFFER_BYTES), Buffer.allocUnsafeSlow(SCAN_BUFFER_BYTES)];
+  let carry: Buffer | null = null;
+  let lineNo = 0;
+  let position = 0;
+  let cur = 0;
+  let pending = read(bufs[0]!, 0);
+  try {
+    for (;;) {
+      const n = await pending;
+      if (n === 0) break;
+      position += n;
+      const chunk = bufs[cur]!.subarray(0, n);
+      cur = 1 - cur;
+      pending = read(bufs[cur]!, position);
+      let pos = 0;
+      if (carry !== null) {
+        // Only the line that straddles two chunks is copied.
+        const nl = chunk.indexOf(0x0a);
+        if (nl < 0) {
+          carry = Buffer.concat([carry, chunk]);
+          if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
+          continue;
+        }
+        const joined = Buffer.concat([carry, chunk.subarray(0, nl)]);
+        carry = null;
+        scanner.line(joined, 0, joined.length, ++lineNo);
+        pos = nl + 1;
+      }
+      for (;;) {
+        const nl = chunk.indexOf(0x0a, pos);
+        if (nl < 0) break;
+        scanner.line(chunk, pos, nl, ++lineNo);
+        pos = nl + 1;
+      }
+      if (pos < n) {
+        carry = Buffer.from(chunk.subarray(pos));
+        if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
+      }
+    }
+    // A last line without a newline is accepted: a recorder killed mid-run leaves one.
+    if (carry !== null && carry.length > 0) scanner.line(carry, 0, carry.length, ++lineNo);
+    return lineNo;
+  } finally {
+    await pending.catch(() => 0);
+    await fh.close();
+  }
+}
+
+async function scanChunks(chunks: AsyncIterable<Buffer | string>, scanner: FastScanner): Promise<number> {
+  let carry: Buffer | null = null;
+  let lineNo = 0;
+  for await (const piece of chunks) {
+    const chunk = typeof piece === "string" ? Buffer.from(piece, "utf8") : piece;
+    let pos = 0;
+    if (carry !== null) {
+      // Only the line that straddles two chunks is copied, not the whole chunk.
+      const nl = chunk.indexOf(0x0a);
+      if (nl < 0) {
+        carry = Buffer.concat([carry, chunk]);
+        if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
+        continue;
+      }
+      const joined = Buffer.concat([carry, chunk.subarray(0, nl)]);
+      carry = null;
+      scanner.line(joined, 0, joined.length, ++lineNo);
+      pos = nl + 1;
+    }
+    for (;;) {
+      const nl = chunk.indexOf(0x0a, pos);
+      if (nl < 0) break;
+      scanner.line(chunk, pos, nl, ++lineNo);
+      pos = nl + 1;
+    }
+    if (pos < chunk.length) {
+      carry = Buffer.from(chunk.subarray(pos));
+      if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
+    }
+  }
+  if (carry !== null && carry.length > 0) scanner.line(carry, 0, carry.length, ++lineNo);
+  return lineNo;
+}

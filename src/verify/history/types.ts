@@ -1,0 +1,136 @@
+// The history format, version 1: one JSON object per line, as docs/verification.md and SPEC.md
+// ("Verification toolkit") define it. These types are the contract between the recorder (the
+// workloads and the nemesis write it), the reader (which validates it) and the checker (which
+// judges it). Field names are the wire names (snake_case) because the lines are read by tools in
+// other languages too; everything derived from them inside the checker is camelCase with units.
+
+/** The outcome kinds of a line. `invoke` opens an operation; the other three close it. */
+export type EventType = "invoke" | "ok" | "fail" | "info";
+
+/** Operation names. `config` is the first line only; `fault` lines come from the nemesis. */
+export type OpName = "config" | "produce" | "consume" | "ack" | "extend" | "nack" | "replay" | "fault";
+
+export const EVENT_TYPES: readonly EventType[] = ["invoke", "ok", "fail", "info"];
+export const OP_NAMES: readonly OpName[] = ["config", "produce", "consume", "ack", "extend", "nack", "replay", "fault"];
+
+/** What the nemesis can do. Four of them restart a process and so need boot evidence. */
+export type FaultKind =
+  | "terminate"
+  | "kill"
+  | "start"
+  | "pause"
+  | "resume"
+  | "cut"
+  | "heal"
+  | "latency"
+  | "power-loss"
+  | "move";
+
+export const FAULT_KINDS: readonly FaultKind[] = [
+  "terminate",
+  "kill",
+  "start",
+  "pause",
+  "resume",
+  "cut",
+  "heal",
+  "latency",
+  "power-loss",
+  "move",
+];
+
+/** Fault kinds whose effect is only believed when the node later reports a different boot id. */
+export const FAULT_KINDS_NEEDING_EVIDENCE: readonly FaultKind[] = ["kill", "power-loss", "terminate", "start"];
+
+/** A message id as the driver wrote it; numbers and strings name the same id when they print alike. */
+export type MsgId = string | number;
+
+export interface ChildConfig {
+  topic: string;
+  kind: "fanout" | "delay" | "replica" | "remote";
+  delay_ms?: number;
+}
+
+export interface TopicConfig {
+  partitions: number;
+  visibility_timeout_ms?: number;
+}
+
+/** The value of the first line: what the checker needs to know about the run. */
+export interface ConfigValue {
+  ack_flush_ms: number;
+  ack_sync_ms: number;
+  visibility_timeout_ms: number;
+  topics: Record<string, TopicConfig>;
+  children?: Record<string, ChildConfig[]>;
+  [extra: string]: unknown;
+}
+
+// ---- values, per operation and line type ----
+
+export interface ProduceInvoke {
+  topic: string;
+  msg: MsgId;
+  key?: string | null;
+}
+export interface ProduceOk {
+  partition: number;
+  offset: number;
+  status?: 202;
+}
+export interface ConsumeInvoke {
+  topic: string;
+}
+export interface ConsumeOkMessage {
+  topic: string;
+  msg: MsgId;
+  partition: number;
+  offset: number;
+  /** Identifies the receipt handle of this delivery; acks name it. */
+  delivery: string | number;
+  delivery_count?: number;
+  /** The partition's owner that holds the lease, and its boot id. */
+  node: string;
+  boot: string;
+}
+export interface ConsumeOkEmpty {
+  topic: string;
+  msg: null;
+}
+export type ConsumeOk = ConsumeOkMessage | ConsumeOkEmpty;
+export interface HandleInvoke {
+  topic: string;
+  msg: MsgId;
+  delivery: string | number;
+}
+export interface ReplayInvoke {
+  topic: string;
+  partition: number;
+  offset: number;
+}
+export interface ReplayOk {
+  msgs: Array<[number, MsgId]>;
+}
+export interface FaultValue {
+  kind: FaultKind;
+  node?: string;
+  /** A partition number (with `topic`), or "TOPIC/P". */
+  partition?: number | string;
+  topic?: string;
+  /** Evidence of a start: the boot id of the new process. */
+  boot?: string;
+  [evidence: string]: unknown;
+}
+
+/** One line of a history, as parsed. `value` is typed loosely: see the per-operation types above. */
+export interface HistoryEvent {
+  index: number;
+  time_ns: number;
+  process: string;
+  type: EventType;
+  f: OpName;
+  value: Record<string, unknown>;
+}
+
+/** The process name the nemesis uses for fault lines. */
+export const NEMESIS_PROCESS = "nemesis";
