@@ -2,6 +2,7 @@
 // server and client commands start without loading the toolkit.
 
 import type { Command } from "commander";
+import { registerRunCommands } from "./verify-run.js";
 
 export function registerVerifyCommands(program: Command): Command {
   const verify = program.command("verify").description("the verification toolkit: check histories, run workloads, inject faults");
@@ -34,6 +35,8 @@ export function registerVerifyCommands(program: Command): Command {
         process.exitCode = 1;
       }
     });
+
+  registerRunCommands(verify);
 
   return verify;
 }

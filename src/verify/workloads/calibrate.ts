@@ -1,0 +1,248 @@
+// Calibration: run every seeded broker bug against the workload that must expose it, and the
+// correct build against the same workloads, and compare verdicts with what is expected.
+//
+// Design note. A checker that has never caught a real bug is untested (seed 002). Each bug of
+// src/broker/test-bugs.ts (turned on only through NARAD_TEST_BUGS) gets a row naming the anomaly
+// the checker must report; the correct build gets a row per workload configuration that must come
+// back `valid`, so a workload that only "catches" bugs by flagging everything fails too.
+// Rows are meant to be deterministic, not lucky:
+//   - the lease bugs meet the prober's scripted scenarios (roles.ts), which provoke each one on a
+//     private topic at a known moment, whatever the timing of the rest of the load;
+//   - acks-not-persisted meets a graceful terminate + start, after which every acked message
+//     comes back, and a terminate explains no duplicate;
+//   - store-on-429 runs with limits.pending_sync_bytes at its 1 MiB minimum and big concurrent
+//     produces, so some produces are refused; a row whose run saw no 429 cannot judge the bug and
+//     says so (FAIL, "precondition") instead of passing by luck;
+//   - ack-before-fsync needs a power loss while a 202-ed record still waits for its fsync: twelve
+//     lanes of 16–64 KiB produces keep that window open most of the time (each fsync takes a
+//     while, and produces arriving meanwhile are answered at once), and the run has three to five
+//     power losses, each catching it with high probability (docs/verification-workloads.md has
+//     the numbers). It is the one row that rests on timing; its precondition is that power losses
+//     happened.
+// Runs are sequential: on two cores, two runs at once would mostly measure each other.
+
+import { join } from "node:path";
+import type { AnomalyName, Verdict } from "../checker/index.js";
+import { runWorkload, type RunOptions, type RunProgress, type RunResult } from "./driver.js";
+import type { WorkloadName } from "./workloads.js";
+
+export interface CalibrationCase {
+  /** Short name of the configuration (also the run's directory). */
+  config: string;
+  workload: WorkloadName;
+  /** The seeded bug, or null for the correct build. */
+  bug: string | null;
+  expect: { verdict: Verdict; anomaly: AnomalyName | null };
+  options: Omit<RunOptions, "workload" | "outDir" | "seed" | "bugs" | "signal" | "onProgress">;
+  /** Why the run cannot judge this row (a fault or refusal it needed never happened), or null. */
+  precondition?: (r: RunResult) => string | null;
+}
+
+function faultsOk(r: RunResult, kind: string): number {
+  return r.report?.faults.filter((f) => f.kind === kind && f.outcome === "ok").length ?? 0;
+}
+
+const needFault = (kind: string) => (r: RunResult) => (faultsOk(r, kind) > 0 ? null : `no ${kind} fault completed`);
+const need429 = (r: RunResult) => (r.counts.produce429 > 0 ? null : "no produce was refused with 429");
+
+const MiB = 1024 * 1024;
+
+/** Configurations: each row below uses one, with or without a bug. */
+const CONFIGS = {
+  "chaos-terminate": {
+    workload: "chaos",
+    options: { faults: ["terminate"], faultIntervalMs: 1_500, faultHoldMs: 400, visibilityTimeoutMs: 2_000 },
+    precondition: needFault("terminate"),
+  },
+  "power-loss": {
+    workload: "power-loss",
+    options: {
+      faults: ["power-loss"],
+      faultIntervalMs: 600,
+      faultHoldMs: 100,
+      visibilityTimeoutMs: 2_000,
+      producers: 2,
+      producerLanes: 6,
+      rate: 3_000,
+      payloadBytesMin: 16_384,
+      payloadBytesMax: 65_536,
+    },
+    precondition: needFault("power-loss"),
+  },
+  "steady-overload": {
+    workload: "steady",
+    options: {
+      prober: false,
+      pendingSyncBytes: MiB,
+      producers: 2,
+      producerLanes: 4,
+      rate: 400,
+      payloadBytesMin: 192 * 1024,
+      payloadBytesMax: 384 * 1024,
+      visibilityTimeoutMs: 2_000,
+      mix: { ack: 1, nack: 0, extend: 0, slow: 0, lapse: 0, late: 0 },
+    },
+    precondition: need429,
+  },
+  steady: {
+    workload: "steady",
+    options: { visibilityTimeoutMs: 2_000 },
+  },
+} satisfies Record<string, { workload: WorkloadName; options: CalibrationCase["options"]; precondition?: CalibrationCase["precondition"] }>;
+
+type ConfigName = keyof typeof CONFIGS;
+
+function row(config: ConfigName, bug: string | null, anomaly: AnomalyName | null): CalibrationCase {
+  const c = CONFIGS[config] as { workload: WorkloadName; options: CalibrationCase["options"]; precondition?: CalibrationCase["precondition"] };
+  return {
+    config,
+    workload: c.workload,
+    bug,
+    expect: { verdict: bug === null ? "valid" : "invalid", anomaly },
+    options: c.options,
+    ...(c.precondition ? { precondition: c.precondition } : {}),
+  };
+}
+
+/** The calibration table: every seeded bug with the anomaly it must show, and the correct build. */
+export const CALIBRATION_CASES: readonly CalibrationCase[] = [
+  row("chaos-terminate", null, null),
+  row("chaos-terminate", "acks-not-persisted", "duplicate-after-ack"),
+  row("power-loss", null, null),
+  row("power-loss", "ack-before-fsync", "lost"),
+  row("steady-overload", null, null),
+  row("steady-overload", "store-on-429", "refused-delivered"),
+  row("steady", null, null),
+  row("steady", "early-lapse", "double-lease"),
+  row("steady", "nack-drops", "stranded"),
+  row("steady", "accept-replaced-handle", "double-lease"),
+  row("steady", "replay-skip", "skip"),
+  row("steady", "redeliver-acked", "duplicate-after-ack"),
+];
+
+export interface CalibrationRow {
+  case: CalibrationCase;
+  seed: number;
+  verdict: Verdict | null;
+  anomalies: Partial<Record<AnomalyName, number>>;
+  unknowns: Record<string, number>;
+  pass: boolean;
+  /** Why it failed, when it did. */
+  reason: string | null;
+  outDir: string;
+  durationMs: number;
+}
+
+export interface CalibrationOptions {
+  outDir: string;
+  durationS?: number;
+  seed?: number;
+  /** Run only the rows whose bug (or "none") or config is listed. */
+  only?: string[];
+  signal?: AbortSignal;
+  onRowStart?: (c: CalibrationCase, index: number, total: number) => void;
+  onRow?: (r: CalibrationRow) => void;
+  onProgress?: (p: RunProgress) => void;
+}
+
+/** Seconds each calibration run produces load for (short: calibration runs in `npm test`). */
+export const CALIBRATION_DURATION_S = 6;
+
+function judgeRow(c: CalibrationCase, r: RunResult): { pass: boolean; reason: string | null } {
+  const pre = c.precondition?.(r) ?? null;
+  if (r.verdict === null) return { pass: false, reason: "no verdict (the run was interrupted)" };
+  const harness = r.findings.filter((f) => f.kind === "harness");
+  if (harness.length > 0) return { pass: false, reason: `harness: ${harness[0]!.text}` };
+  if (c.expect.verdict === "valid") {
+    if (r.verdict !== "valid") return { pass: false, reason: r.report?.reason ?? `verdict ${r.verdict}` };
+    if (pre !== null) return { pass: false, reason: `precondition: ${pre}` };
+    return { pass: true, reason: null };
+  }
+  const count = c.expect.anomaly !== null ? (r.report?.anomalyCounts[c.expect.anomaly] ?? 0) : 0;
+  if (r.verdict === c.expect.verdict && (c.expect.anomaly === null || count > 0)) return { pass: true, reason: null };
+  if (pre !== null) return { pass: false, reason: `precondition: ${pre}` };
+  return { pass: false, reason: `expected ${c.expect.verdict}${c.expect.anomaly ? ` with ${c.expect.anomaly}` : ""}; ${r.report?.reason ?? ""}` };
+}
+
+/** Runs the calibration table; rows are reported as they finish. */
+export async function calibrate(opts: CalibrationOptions): Promise<CalibrationRow[]> {
+  const cases = CALIBRATION_CASES.filter(
+    (c) => opts.only === undefined || opts.only.length === 0 || opts.only.includes(c.bug ?? "none") || opts.only.includes(c.config),
+  );
+  const rows: CalibrationRow[] = [];
+  const seed = opts.seed ?? 1;
+  for (let i = 0; i < cases.length; i++) {
+    if (opts.signal?.aborted) break;
+    const c = cases[i]!;
+    opts.onRowStart?.(c, i, cases.length);
+    const outDir = join(opts.outDir, `${String(i + 1).padStart(2, "0")}-${c.config}-${c.bug ?? "correct"}`);
+    let r: RunResult;
+    try {
+      r = await runWorkload({
+        ...c.options,
+        workload: c.workload,
+        outDir,
+        seed,
+        durationS: opts.durationS ?? CALIBRATION_DURATION_S,
+        bugs: c.bug === null ? [] : [c.bug],
+        ...(opts.signal ? { signal: opts.signal } : {}),
+        ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+      });
+    } catch (e) {
+      // A run that could not happen is a failed row, not a crashed table.
+      const out: CalibrationRow = { case: c, seed, verdict: null, anomalies: {}, unknowns: {}, pass: false, reason: `the run failed: ${(e as Error).message.split("\n")[0]}`, outDir, durationMs: 0 };
+      rows.push(out);
+      opts.onRow?.(out);
+      continue;
+    }
+    const { pass, reason } = judgeRow(c, r);
+    const out: CalibrationRow = {
+      case: c,
+      seed,
+      verdict: r.verdict,
+      anomalies: r.report?.anomalyCounts ?? {},
+      unknowns: (r.report?.unknownCounts ?? {}) as Record<string, number>,
+      pass,
+      reason,
+      outDir,
+      durationMs: r.durationMs,
+    };
+    rows.push(out);
+    opts.onRow?.(out);
+  }
+  return rows;
+}
+
+function expectedText(c: CalibrationCase): string {
+  return c.expect.anomaly === null ? c.expect.verdict : `${c.expect.verdict}: ${c.expect.anomaly}`;
+}
+
+function actualText(r: CalibrationRow): string {
+  if (r.verdict === null) return "(no verdict)";
+  const names = Object.entries(r.anomalies)
+    .filter(([, n]) => (n ?? 0) > 0)
+    .map(([name, n]) => `${name} ×${n}`);
+  const unknowns = Object.entries(r.unknowns).map(([name, n]) => `${name} ×${n}`);
+  const parts = [...names, ...(r.verdict === "unknown" ? unknowns : [])];
+  return parts.length > 0 ? `${r.verdict}: ${parts.join(", ")}` : r.verdict;
+}
+
+/** The table as text: bug, workload, expected, actual, PASS/FAIL, and why a row failed. */
+export function formatCalibrationTable(rows: readonly CalibrationRow[]): string {
+  const head = ["bug", "workload", "expected", "actual", "result", "time"];
+  const body = rows.map((r) => [
+    r.case.bug ?? "(correct build)",
+    r.case.config,
+    expectedText(r.case),
+    actualText(r),
+    r.pass ? "PASS" : "FAIL",
+    `${(r.durationMs / 1000).toFixed(1)} s`,
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  const out = [line(head), line(widths.map((w) => "-".repeat(w))), ...body.map(line)];
+  for (const r of rows) if (!r.pass) out.push(`  FAIL ${r.case.bug ?? "(correct build)"} / ${r.case.config}: ${r.reason ?? ""} (seed ${r.seed}, ${r.outDir})`);
+  const failed = rows.filter((r) => !r.pass).length;
+  out.push(failed === 0 ? `calibration: all ${rows.length} rows pass` : `calibration: ${failed} of ${rows.length} rows FAIL`);
+  return out.join("\n");
+}

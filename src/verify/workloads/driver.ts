@@ -1,0 +1,709 @@
+// The run driver: starts broker processes, runs a workload's producer and consumer processes and
+// its nemesis, records everything as one history, drains, audits, and has the checker judge it.
+//
+// Design note.
+// - One recorder. The driver alone writes the history: workers ask it to record each invoke
+//   before they send a request and report each answer after reading it (protocol.ts), the nemesis
+//   records its faults through the same function, and the drain and audit run in the driver with
+//   the same lane code. So `time_ns` comes from one clock, lines are in time order by construction,
+//   and every recorded interval contains the real one.
+// - Phases: start nodes (and proxies) → create topics → config line → workers and nemesis →
+//   run for the duration (e2e: until every 202 is acked) → stop the nemesis, which heals every
+//   node and line → let the load run a little longer (recovery) → stop the workers (each finishes the request in flight) → wait until no lease
+//   can still be live (tracker.ts) → final drain of every topic (consume and ack until an empty
+//   consume: the checker's final-drain rule) → audit replay of every partition → check.
+// - Reproducible: every random choice flows from the seed: the nemesis schedule (its own PRNG)
+//   and each lane's choices (a PRNG per process name, roles.ts). Timing still varies, so a seed
+//   reproduces the schedule and the choices, not the exact interleaving.
+// - Cleanup on every path, SIGINT included (the caller aborts `signal`): workers are killed,
+//   nodes stopped, proxies closed, the history flushed, temp data dirs removed unless `keep`.
+// - The driver imports no server code: it judges the broker from outside, through HTTP, process
+//   signals and the fault proxy, as a user's client would see it.
+
+import { fork, type ChildProcess } from "node:child_process";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { request } from "undici";
+import { createRunClock, type RunClock } from "../history/clock.js";
+import { HistoryWriter } from "../history/writer.js";
+import type { ConfigValue } from "../history/types.js";
+import { Nemesis, NodeProcess, randomSeed, restoreTarget, type FaultRecorder, type InjectedFaultKind, type NemesisTarget } from "../nemesis/index.js";
+import { startProxy, type Proxy } from "../proxy/index.js";
+import { check, type Report, type Verdict } from "../checker/index.js";
+import { renderHtml, renderJson } from "../report/index.js";
+import { DEFAULTS } from "../../protocol/wire.js";
+import { Lane, type OpRecorder } from "./ops.js";
+import type { CompletionType, ConsumerMix, DriverMessage, FaultSchedule, OpF, TopicSpec, WorkerMessage, WorkerSpec, RoleSpec } from "./protocol.js";
+import { auditTopic, deriveSeed, drainTopic } from "./roles.js";
+import { RunTracker, type TrackerCounts } from "./tracker.js";
+import { WORKLOADS, type WorkloadName, type WorkloadProfile } from "./workloads.js";
+
+export const MAIN_TOPIC = "t";
+export const PROBE_TOPIC = "probe";
+
+export const RUN_LIMITS = {
+  /** Messages produced in one run at most (over all lanes); keeps the driver's maps bounded. */
+  messagesMax: 1_000_000,
+  /** Worker processes in one run at most. */
+  workersMax: 64,
+  /** Lanes of one worker at most. */
+  lanesMax: 32,
+  /** e2e: after the duration, how long consumers may take to ack the known set. */
+  knownSetGraceMs: 60_000,
+  /** From `stop` to a worker's exit; then it is killed. */
+  workerStopGraceMs: 30_000,
+  /** For every worker's `ready`. */
+  workerReadyTimeoutMs: 15_000,
+  /** Lanes draining the main topic at once. */
+  drainLanes: 4,
+  /** Consecutive errors of one drain lane before it gives up. */
+  drainErrorsMax: 50,
+  /** Replay pages of the audit at most. */
+  auditPagesMax: 100_000,
+  /** Added after the last possible lease end before the final drain (on top of the checker's slack). */
+  drainMarginMs: 250,
+  /**
+   * After the last heal the load goes on this long before the workers stop, so the run shows the
+   * broker recovering (the silence after the last fault is measured against real traffic, not
+   * against the drain's wait).
+   */
+  recoverMs: 2_000,
+  /** Node output kept in nodes.log per node. */
+  nodeLogCharsMax: 256 * 1024,
+} as const;
+
+/** The probe topic's visibility timeout: short, so its scenarios are quick. */
+export const PROBE_VISIBILITY_TIMEOUT_MS = 1_000;
+
+export interface RunProgress {
+  phase: "start" | "run" | "heal" | "recover" | "stop" | "drain-wait" | "drain" | "audit" | "check" | "done";
+  elapsedMs: number;
+  opsPerS: number;
+  ops: number;
+  /** Messages with a 202 not yet acked with a 204. */
+  pending: number;
+  /** Faults injected so far (healing not counted). */
+  faults: number;
+  produceOk: number;
+  deliveries: number;
+}
+
+export interface RunOptions {
+  workload: WorkloadName;
+  /** Where history.jsonl, report.json, report.html and nodes.log go. */
+  outDir: string;
+  nodes?: number;
+  durationS?: number;
+  /** Default: a random seed (printed and recorded in the config line). */
+  seed?: number;
+  /** Produces per second over all producers. */
+  rate?: number;
+  /** Keep the nodes' data directories (their path is in the result). */
+  keep?: boolean;
+  // Knobs for calibration and tests; each overrides one field of the workload's profile.
+  /** Seeded broker bugs (NARAD_TEST_BUGS), for calibration. */
+  bugs?: string[];
+  /** Fault kinds of the schedule; [] runs without faults. */
+  faults?: InjectedFaultKind[];
+  faultIntervalMs?: number;
+  faultHoldMs?: number;
+  visibilityTimeoutMs?: number;
+  partitions?: number;
+  producers?: number;
+  producerLanes?: number;
+  consumers?: number;
+  consumerLanes?: number;
+  payloadBytesMin?: number;
+  payloadBytesMax?: number;
+  mix?: Partial<ConsumerMix>;
+  prober?: boolean;
+  /** Server limit limits.pending_sync_bytes (min 1 MiB): small values provoke 429s. */
+  pendingSyncBytes?: number;
+  ackFlushMs?: number;
+  ackSyncMs?: number;
+  /** Write report.html next to report.json; default true. */
+  html?: boolean;
+  signal?: AbortSignal;
+  onProgress?: (p: RunProgress) => void;
+  /** Progress is reported this often. */
+  progressIntervalMs?: number;
+}
+
+export interface Finding {
+  /** violation: the contract was broken (fails the run); harness: the run could not do its job. */
+  kind: "violation" | "harness";
+  text: string;
+}
+
+export interface RunResult {
+  workload: WorkloadName;
+  seed: number;
+  outDir: string;
+  historyPath: string;
+  reportJsonPath: string | null;
+  reportHtmlPath: string | null;
+  /** Temp data directories kept with `keep` (else removed). */
+  dataDirs: string[];
+  /** The checker's verdict; null when the run was interrupted or crashed before the check. */
+  verdict: Verdict | null;
+  report: Report | null;
+  /** 0 valid, 1 invalid, 2 unknown, 130 interrupted. */
+  exitCode: number;
+  findings: Finding[];
+  counts: TrackerCounts;
+  events: number;
+  durationMs: number;
+  interrupted: boolean;
+  config: ConfigValue;
+}
+
+interface ResolvedRun {
+  profile: WorkloadProfile;
+  seed: number;
+  nodes: number;
+  durationS: number;
+  rate: number;
+  faults: FaultSchedule | null;
+  bugs: string[];
+  ackFlushMs: number;
+  ackSyncMs: number;
+  topics: TopicSpec[];
+}
+
+function resolveRun(o: RunOptions): ResolvedRun {
+  const base = WORKLOADS[o.workload];
+  if (base === undefined) throw new RangeError(`unknown workload ${JSON.stringify(o.workload)}`);
+  const profile: WorkloadProfile = {
+    ...base,
+    mix: { ...base.mix, ...o.mix },
+    ...(o.visibilityTimeoutMs !== undefined ? { visibilityTimeoutMs: o.visibilityTimeoutMs } : {}),
+    ...(o.partitions !== undefined ? { partitions: o.partitions } : {}),
+    ...(o.producers !== undefined ? { producers: o.producers } : {}),
+    ...(o.producerLanes !== undefined ? { producerLanes: o.producerLanes } : {}),
+    ...(o.consumers !== undefined ? { consumers: o.consumers } : {}),
+    ...(o.consumerLanes !== undefined ? { consumerLanes: o.consumerLanes } : {}),
+    ...(o.payloadBytesMin !== undefined ? { payloadBytesMin: o.payloadBytesMin } : {}),
+    ...(o.payloadBytesMax !== undefined ? { payloadBytesMax: o.payloadBytesMax } : {}),
+    ...(o.prober !== undefined ? { prober: o.prober } : {}),
+  };
+  if (profile.payloadBytesMax < profile.payloadBytesMin) profile.payloadBytesMax = profile.payloadBytesMin;
+  const nodes = o.nodes ?? 1;
+  if (!Number.isInteger(nodes) || nodes < 1) throw new RangeError("--nodes must be a positive integer");
+  if (nodes > 1) {
+    // Independent single nodes would be separate brokers with colliding partitions and offsets:
+    // the history would describe no one system. Several nodes need the cluster mode.
+    throw new RangeError("--nodes above 1 needs the cluster mode (PostgreSQL control plane), which this build does not have yet");
+  }
+  const durationS = o.durationS ?? profile.durationS;
+  if (!(durationS > 0 && durationS <= 24 * 3600)) throw new RangeError("--duration must be between 0 and 86400 seconds");
+  const rate = o.rate ?? profile.rate;
+  if (!(rate > 0 && rate <= 100_000)) throw new RangeError("--rate must be between 0 and 100000 produces per second");
+  const seed = o.seed ?? randomSeed();
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new RangeError("--seed must be a nonnegative integer");
+  let faults = profile.faults;
+  if (o.faults !== undefined) {
+    faults = o.faults.length === 0 ? null : { ...(faults ?? { intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_000, holdJitterMs: 500 }), kinds: o.faults };
+  }
+  if (faults !== null && (o.faultIntervalMs !== undefined || o.faultHoldMs !== undefined)) {
+    faults = {
+      ...faults,
+      ...(o.faultIntervalMs !== undefined ? { intervalMs: o.faultIntervalMs, intervalJitterMs: Math.round(o.faultIntervalMs / 3) } : {}),
+      ...(o.faultHoldMs !== undefined ? { holdMs: o.faultHoldMs, holdJitterMs: Math.round(o.faultHoldMs / 2) } : {}),
+    };
+  }
+  if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
+  if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
+  const topics: TopicSpec[] = [{ name: MAIN_TOPIC, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs }];
+  if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS });
+  const lanes = profile.producers * profile.producerLanes + profile.consumers * profile.consumerLanes;
+  if (profile.producers + profile.consumers + 2 > RUN_LIMITS.workersMax) throw new RangeError(`at most ${RUN_LIMITS.workersMax} worker processes`);
+  if (Math.max(profile.producerLanes, profile.consumerLanes) > RUN_LIMITS.lanesMax) throw new RangeError(`at most ${RUN_LIMITS.lanesMax} lanes per worker`);
+  if (lanes === 0 || profile.producers === 0) throw new RangeError("a run needs at least one producer");
+  return {
+    profile,
+    seed,
+    nodes,
+    durationS,
+    rate,
+    faults,
+    bugs: o.bugs ?? [],
+    ackFlushMs: o.ackFlushMs ?? DEFAULTS.ackFlushIntervalMs,
+    ackSyncMs: o.ackSyncMs ?? DEFAULTS.ackSyncIntervalMs,
+    topics,
+  };
+}
+
+/** Exit code of a verdict, as `narad verify check` has it. */
+export function verdictExitCode(v: Verdict): number {
+  return v === "valid" ? 0 : v === "invalid" ? 1 : 2;
+}
+
+const WORKER_PATH = fileURLToPath(new URL("./worker.js", import.meta.url));
+
+interface WorkerHandle {
+  index: number;
+  spec: WorkerSpec;
+  child: ChildProcess;
+  ready: Promise<void>;
+  /** Resolves when the process exited, with its `stopped` error if it sent one. */
+  exited: Promise<{ code: number | null; signal: string | null; stopped: boolean; error?: string }>;
+  stderrTail: () => string;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted || ms <= 0) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+async function createTopic(url: string, t: TopicSpec): Promise<void> {
+  const res = await request(`${url}/v1/topics`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ name: t.name, partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }),
+    headersTimeout: 10_000,
+    bodyTimeout: 10_000,
+  });
+  const text = await res.body.text();
+  if (res.statusCode !== 201) throw new Error(`creating topic ${t.name}: ${res.statusCode} ${text.slice(0, 300)}`);
+}
+
+/** Runs one workload end to end. Never leaves a process behind, whatever happens. */
+export async function runWorkload(opts: RunOptions): Promise<RunResult> {
+  const run = resolveRun(opts);
+  const { profile, seed } = run;
+  const t0 = performance.now();
+  const outDir = opts.outDir;
+  await mkdir(outDir, { recursive: true });
+  const historyPath = join(outDir, "history.jsonl");
+  const tmp = await mkdtemp(join(tmpdir(), "narad-verify-"));
+  const signal = opts.signal;
+  const findings: Finding[] = [];
+  const tracker = new RunTracker({ knownSet: profile.knownSet });
+  const clock: RunClock = createRunClock();
+
+  const nodes: NodeProcess[] = [];
+  const proxies: Proxy[] = [];
+  const workers: WorkerHandle[] = [];
+  let writer: HistoryWriter | null = null;
+  let nemesis: Nemesis | null = null;
+  let nemesisStopped = false;
+  let phase: RunProgress["phase"] = "start";
+  let progressTimer: NodeJS.Timeout | null = null;
+  let lastOps = 0;
+  let lastTick = performance.now();
+  let opsPerS = 0;
+  const totalOps = () => Object.values(tracker.counts.completed).reduce((a, b) => a + b, 0);
+  /** `tick`: the periodic call, which measures the rate; phase changes report the last rate. */
+  const emitProgress = (tick = false) => {
+    if (!opts.onProgress) return;
+    const now = performance.now();
+    const ops = totalOps();
+    if (tick) {
+      opsPerS = now > lastTick ? ((ops - lastOps) * 1000) / (now - lastTick) : 0;
+      lastOps = ops;
+      lastTick = now;
+    }
+    opts.onProgress({
+      phase,
+      elapsedMs: Math.round(now - t0),
+      opsPerS: Math.round(opsPerS),
+      ops,
+      pending: Math.max(0, tracker.counts.produceOk - tracker.ackedMessages),
+      faults: tracker.counts.faultsInjected,
+      produceOk: tracker.counts.produceOk,
+      deliveries: tracker.counts.deliveries,
+    });
+  };
+  const setPhase = (p: RunProgress["phase"]) => {
+    phase = p;
+    emitProgress();
+  };
+
+  const config: ConfigValue = {
+    ack_flush_ms: run.ackFlushMs,
+    ack_sync_ms: run.ackSyncMs,
+    visibility_timeout_ms: profile.visibilityTimeoutMs,
+    topics: Object.fromEntries(run.topics.map((t) => [t.name, { partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }])),
+    children: {},
+    run: {
+      workload: profile.name,
+      seed,
+      duration_s: run.durationS,
+      rate: run.rate,
+      nodes: run.nodes,
+      bugs: run.bugs,
+      power_loss_mode: profile.powerLoss,
+      proxy: profile.proxy,
+      faults: run.faults?.kinds ?? [],
+    },
+  };
+
+  // The one recording path: history line first, then the tracker's view of it.
+  const record = {
+    invoke(p: string, f: OpF | "fault", value: Record<string, unknown>): void {
+      writer!.invoke(p, f, value);
+      tracker.invoke(p, f, value);
+    },
+    complete(p: string, type: CompletionType, value: Record<string, unknown>): void {
+      writer!.complete(p, type, value);
+      tracker.complete(p, type, value, clock.nowNs());
+    },
+  };
+  const directRecorder: OpRecorder = {
+    async invoke(p, f, value) {
+      record.invoke(p, f, value);
+      if (writer!.needsDrain) await writer!.drained();
+    },
+    complete(p, type, value) {
+      record.complete(p, type, value);
+    },
+  };
+  const faultRecorder: FaultRecorder = (type, _f, value) => {
+    if (type === "invoke") record.invoke("nemesis", "fault", value);
+    else record.complete("nemesis", type, value);
+  };
+
+  let interrupted = false;
+  const onAbort = () => {
+    interrupted = true;
+  };
+  signal?.addEventListener("abort", onAbort, { once: true });
+  if (signal?.aborted) interrupted = true;
+
+  let report: Report | null = null;
+  let reportJsonPath: string | null = null;
+  let reportHtmlPath: string | null = null;
+  try {
+    // ---- nodes, proxies, topics ----
+    const env: Record<string, string> = {
+      NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
+      NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
+      NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
+      // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
+      NARAD_TEST_BUGS: run.bugs.join(","),
+      NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
+      ...(opts.pendingSyncBytes !== undefined ? { NARAD_LIMITS_PENDING_SYNC_BYTES: String(opts.pendingSyncBytes) } : {}),
+    };
+    for (let i = 0; i < run.nodes; i++) {
+      const dataDir = join(tmp, `n${i}`);
+      await mkdir(dataDir, { recursive: true });
+      nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss }));
+    }
+    await Promise.all(nodes.map((n) => n.start()));
+    if (profile.proxy) {
+      for (const n of nodes) {
+        proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
+      }
+    }
+    for (const t of run.topics) await createTopic(nodes[0]!.url, t);
+    const clientUrl = (i: number) => (profile.proxy ? `http://127.0.0.1:${proxies[i % proxies.length]!.address.port}` : nodes[i % nodes.length]!.url);
+
+    writer = HistoryWriter.open(historyPath, config, { clock });
+    progressTimer = setInterval(() => emitProgress(true), opts.progressIntervalMs ?? 1_000);
+    progressTimer.unref();
+
+    // ---- workers ----
+    let nextProcess = 0;
+    const specs: WorkerSpec[] = [];
+    const lanesTotal = profile.producers * profile.producerLanes;
+    const laneIntervalMs = (lanesTotal * 1000) / run.rate;
+    const quotaPerLane = profile.knownSet ? Math.max(1, Math.ceil((run.rate * run.durationS) / lanesTotal)) : null;
+    const addWorker = (lanes: number, role: RoleSpec) => {
+      const worker = specs.length;
+      const processes = Array.from({ length: lanes }, () => `p${nextProcess++}`);
+      specs.push({ worker, processes, url: clientUrl(worker), seed: deriveSeed(seed, `worker-${worker}`), requestTimeoutMs: profile.requestTimeoutMs, role });
+    };
+    for (let i = 0; i < profile.producers; i++) {
+      addWorker(profile.producerLanes, {
+        role: "producer",
+        topic: MAIN_TOPIC,
+        quotaPerLane,
+        intervalMs: laneIntervalMs,
+        payloadBytesMin: profile.payloadBytesMin,
+        payloadBytesMax: profile.payloadBytesMax,
+        keyedShare: 0.5,
+        keys: 16,
+      });
+    }
+    for (let i = 0; i < profile.consumers; i++) {
+      addWorker(profile.consumerLanes, { role: "consumer", topic: MAIN_TOPIC, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs });
+    }
+    if (profile.prober) addWorker(1, { role: "prober", topic: PROBE_TOPIC, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS });
+    if (profile.replayer) addWorker(1, { role: "replayer", topics: run.topics, intervalMs: 300, limit: 50 });
+    const messagesPerLaneMax = Math.floor(RUN_LIMITS.messagesMax / lanesTotal);
+    for (const s of specs) if (s.role.role === "producer") s.role.quotaPerLane = Math.min(s.role.quotaPerLane ?? messagesPerLaneMax, messagesPerLaneMax);
+
+    for (const spec of specs) workers.push(spawnWorker(spec, record, () => writer!, findings));
+    await withDeadline(Promise.all(workers.map((w) => w.ready)), RUN_LIMITS.workerReadyTimeoutMs, "worker processes did not start");
+
+    // ---- nemesis ----
+    if (run.faults !== null) {
+      const targets: NemesisTarget[] = nodes.map((node, i) => ({ node, ...(proxies[i] ? { proxy: proxies[i] } : {}) }));
+      nemesis = new Nemesis({
+        targets,
+        seed: deriveSeed(seed, "nemesis"),
+        faults: run.faults.kinds,
+        intervalMs: run.faults.intervalMs,
+        intervalJitterMs: run.faults.intervalJitterMs,
+        holdMs: run.faults.holdMs,
+        holdJitterMs: run.faults.holdJitterMs,
+        latencyMs: 300,
+        latencyJitterMs: 50,
+        record: faultRecorder,
+      });
+      nemesis.start();
+    }
+
+    // ---- the run ----
+    setPhase("run");
+    const producers = workers.filter((w) => w.spec.role.role === "producer");
+    const producersDone = Promise.all(producers.map((w) => w.exited));
+    let producersFinished = false;
+    void producersDone.then(() => (producersFinished = true));
+    const runEnd = performance.now() + run.durationS * 1000;
+    const knownSetEnd = runEnd + RUN_LIMITS.knownSetGraceMs;
+    for (;;) {
+      if (interrupted) break;
+      const now = performance.now();
+      if (profile.knownSet) {
+        if (producersFinished && tracker.allProducedAcked()) break;
+        if (now >= knownSetEnd) {
+          findings.push({
+            kind: "violation",
+            text: `not every message with a 202 was acked within ${RUN_LIMITS.knownSetGraceMs / 1000} s after the run (for example ${tracker.producedNotAcked(5).join(", ")})`,
+          });
+          break;
+        }
+      } else if (now >= runEnd) break;
+      await sleep(100, signal);
+    }
+
+    // ---- heal, stop, drain ----
+    if (nemesis !== null) {
+      setPhase("heal");
+      nemesisStopped = true;
+      await nemesis.stop();
+    }
+    // Whatever the schedule left, every node runs and every line is clear before the drain.
+    for (let i = 0; i < nodes.length; i++) {
+      if (!interrupted) await restoreTarget(faultRecorder, { node: nodes[i]!, ...(proxies[i] ? { proxy: proxies[i] } : {}) });
+    }
+    if (nemesis !== null && !interrupted) {
+      setPhase("recover");
+      await sleep(RUN_LIMITS.recoverMs, signal);
+    }
+    setPhase("stop");
+    await stopWorkers(workers, findings);
+
+    if (!interrupted) {
+      setPhase("drain-wait");
+      const nowNs = clock.nowNs();
+      let waitUntilNs = nowNs;
+      for (const t of run.topics) waitUntilNs = Math.max(waitUntilNs, tracker.leasesEndNs(t.name, t.visibilityTimeoutMs * 1e6, nowNs));
+      await sleep((waitUntilNs - nowNs) / 1e6 + RUN_LIMITS.drainMarginMs, signal);
+    }
+    if (!interrupted) {
+      setPhase("drain");
+      const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
+      const drains: Promise<void>[] = [];
+      for (const t of run.topics) {
+        const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : 1;
+        for (let l = 0; l < lanes; l++) {
+          const lane = new Lane(`drain-${t.name}-${l}`, nodes[l % nodes.length]!.url, directRecorder, profile.requestTimeoutMs);
+          drains.push(
+            drainTopic(lane, t.name, drainOpsMax, RUN_LIMITS.drainErrorsMax)
+              .then((ok) => {
+                if (!ok) findings.push({ kind: "harness", text: `the final drain of ${t.name} (lane ${l}) never saw an empty consume` });
+              })
+              .finally(() => lane.close()),
+          );
+        }
+      }
+      await Promise.all(drains);
+    }
+    if (!interrupted) {
+      setPhase("audit");
+      const lane = new Lane("audit", nodes[0]!.url, directRecorder, profile.requestTimeoutMs);
+      try {
+        for (const t of run.topics) await auditTopic(lane, t, RUN_LIMITS.auditPagesMax);
+      } finally {
+        await lane.close();
+      }
+    }
+  } finally {
+    if (progressTimer !== null) clearInterval(progressTimer);
+    signal?.removeEventListener("abort", onAbort);
+    if (nemesis !== null && !nemesisStopped) await nemesis.stop().catch(() => undefined);
+    for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill("SIGKILL");
+    await Promise.all(workers.map((w) => w.exited.catch(() => undefined)));
+    if (writer !== null) await writer.close().catch(() => undefined);
+    for (const p of proxies) await p.close().catch(() => undefined);
+    for (const n of nodes) {
+      if (n.paused) await n.resume().catch(() => undefined);
+      if (n.running) await n.terminate().catch(() => n.dispose());
+      await n.dispose();
+    }
+    const logs = nodes.map((n, i) => `==== node n${i} (${n.name}) ====\n${n.output().slice(-RUN_LIMITS.nodeLogCharsMax)}`).join("\n");
+    await writeFile(join(outDir, "nodes.log"), logs).catch(() => undefined);
+    if (!opts.keep) await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  // ---- judge ----
+  let verdict: Verdict | null = null;
+  if (!interrupted) {
+    setPhase("check");
+    report = await check(historyPath);
+    verdict = report.verdict;
+    reportJsonPath = join(outDir, "report.json");
+    await writeFile(reportJsonPath, renderJson(report));
+    if (opts.html !== false) {
+      reportHtmlPath = join(outDir, "report.html");
+      await writeFile(reportHtmlPath, renderHtml(report, `narad verify run --workload ${profile.name} --seed ${seed}`));
+    }
+  }
+  if (profile.knownSet) {
+    if (tracker.duplicates.length > 0) {
+      findings.push({ kind: "violation", text: `delivered more than once in a run without faults: ${tracker.duplicates.slice(0, 10).join(", ")}${tracker.duplicates.length > 10 ? ", …" : ""}` });
+    }
+  }
+  let exitCode = interrupted ? 130 : verdictExitCode(verdict!);
+  if (!interrupted) {
+    if (findings.some((f) => f.kind === "violation")) exitCode = 1;
+    else if (exitCode === 0 && findings.length > 0) exitCode = 2;
+  }
+  setPhase("done");
+  return {
+    workload: profile.name,
+    seed,
+    outDir,
+    historyPath,
+    reportJsonPath,
+    reportHtmlPath,
+    dataDirs: opts.keep ? nodes.map((n) => n.dataDir) : [],
+    verdict,
+    report,
+    exitCode,
+    findings,
+    counts: tracker.counts,
+    events: writer?.events ?? 0,
+    durationMs: Math.round(performance.now() - t0),
+    interrupted,
+    config,
+  };
+}
+
+async function withDeadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+interface Recorder {
+  invoke(p: string, f: OpF, value: Record<string, unknown>): void;
+  complete(p: string, type: CompletionType, value: Record<string, unknown>): void;
+}
+
+function spawnWorker(spec: WorkerSpec, record: Recorder, writer: () => HistoryWriter, findings: Finding[]): WorkerHandle {
+  // execArgv [] so a test runner's flags (--test and friends) do not reach the worker.
+  const child = fork(WORKER_PATH, [], { stdio: ["ignore", "pipe", "pipe", "ipc"], execArgv: [], serialization: "json" });
+  let stderr = "";
+  const keep = (s: Buffer) => {
+    stderr = (stderr + s.toString("utf8")).slice(-16 * 1024);
+  };
+  child.stdout!.on("data", keep);
+  child.stderr!.on("data", keep);
+  const mine = new Set(spec.processes);
+  let resolveReady!: () => void;
+  const ready = new Promise<void>((r) => (resolveReady = r));
+  let stopped = false;
+  let stoppedError: string | undefined;
+  const send = (m: DriverMessage) => {
+    if (child.connected) child.send(m, (err) => void err);
+  };
+  child.on("message", (m: WorkerMessage) => {
+    switch (m.t) {
+      case "ready":
+        resolveReady();
+        return;
+      case "inv": {
+        if (!mine.has(m.p)) {
+          findings.push({ kind: "harness", text: `worker ${spec.worker} sent an operation for process ${m.p}, which is not its own` });
+          return;
+        }
+        try {
+          record.invoke(m.p, m.f, m.value);
+        } catch (e) {
+          // A worker that breaks the one-operation-per-process rule is a harness bug: stop it, keep the run.
+          findings.push({ kind: "harness", text: `worker ${spec.worker}: ${(e as Error).message}` });
+          child.kill("SIGKILL");
+          return;
+        }
+        // Recording blocks when the history file falls behind: the lane waits, memory does not grow.
+        const w = writer();
+        if (w.needsDrain) void w.drained().then(() => send({ t: "go", p: m.p }), () => send({ t: "go", p: m.p }));
+        else send({ t: "go", p: m.p });
+        return;
+      }
+      case "done":
+        if (!mine.has(m.p)) return;
+        try {
+          record.complete(m.p, m.type, m.value);
+        } catch (e) {
+          findings.push({ kind: "harness", text: `worker ${spec.worker}: ${(e as Error).message}` });
+          child.kill("SIGKILL");
+        }
+        return;
+      case "stopped":
+        stopped = true;
+        stoppedError = m.error;
+        return;
+    }
+  });
+  const exited = new Promise<{ code: number | null; signal: string | null; stopped: boolean; error?: string }>((resolve) => {
+    child.on("exit", (code, sig) => {
+      if (stoppedError !== undefined) findings.push({ kind: "harness", text: `worker ${spec.worker} (${spec.role.role}) failed: ${stoppedError.split("\n")[0]}` });
+      else if (!stopped && sig !== "SIGKILL") {
+        findings.push({ kind: "harness", text: `worker ${spec.worker} (${spec.role.role}) exited (code ${code}, signal ${sig}) without stopping: ${stderr.trim().slice(-500)}` });
+      }
+      resolve({ code, signal: sig, stopped, ...(stoppedError !== undefined ? { error: stoppedError } : {}) });
+    });
+    child.on("error", (e) => {
+      if (child.pid === undefined) {
+        findings.push({ kind: "harness", text: `worker ${spec.worker} could not be started: ${e.message}` });
+        resolve({ code: null, signal: null, stopped: false, error: e.message });
+      }
+    });
+  });
+  send({ t: "init", spec });
+  return { index: spec.worker, spec, child, ready, exited, stderrTail: () => stderr };
+}
+
+async function stopWorkers(workers: WorkerHandle[], findings: Finding[]): Promise<void> {
+  for (const w of workers) if (w.child.connected) w.child.send({ t: "stop" } satisfies DriverMessage, (err) => void err);
+  const all = Promise.all(workers.map((w) => w.exited));
+  const grace = new AbortController();
+  const timedOut = await Promise.race([all.then(() => false), sleep(RUN_LIMITS.workerStopGraceMs, grace.signal).then(() => true)]);
+  grace.abort();
+  if (timedOut) {
+    for (const w of workers) {
+      if (w.child.exitCode === null && w.child.signalCode === null) {
+        findings.push({ kind: "harness", text: `worker ${w.index} (${w.spec.role.role}) did not stop within ${RUN_LIMITS.workerStopGraceMs} ms and was killed` });
+        w.child.kill("SIGKILL");
+      }
+    }
+    await all;
+  }
+}
