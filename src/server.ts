@@ -1,15 +1,32 @@
-// The one wiring point of a node: the real clock, files, logger and (later) control plane are
-// built here and passed down. Everything below takes them as arguments.
+// The one wiring point of a node: the real clock, files, logger and control plane are built here
+// and passed down. Everything below takes them as arguments.
+//
+// A single node: identity → users (a file) → broker → HTTP. A cluster node (--control-plane):
+// identity → HTTP bound first (so an unset --advertise can name the port it got) but answering
+// 503 → control plane (membership, lease, view, users) → broker keyed with the cluster's secret
+// and node number → peers, router, ownership, moves → admin bootstrap → open what this node owns →
+// ready. A graceful stop goes the other way: HTTP drained, broker closed (everything synced),
+// control plane closed last, which releases the lease so the other nodes route around at once.
 
 import { mkdir, access, constants } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
 import { resolve } from "node:path";
 import { pino, type Logger } from "pino";
-import { Broker } from "./broker/broker.js";
+import { Broker, type BrokerOptions } from "./broker/broker.js";
 import { IdentityError, loadIdentity } from "./broker/identity.js";
+import { LocalService } from "./broker/service.js";
 import { TestBugs, TEST_BUGS } from "./broker/test-bugs.js";
 import { createHttpServer, type NaradHttpServer } from "./http/server.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { UserStore } from "./auth/store.js";
+import { ControlPlane } from "./cluster/control-plane.js";
+import { ClusterUsers } from "./cluster/users.js";
+import { Mover } from "./cluster/moves.js";
+import { Ownership } from "./cluster/ownership.js";
+import { Peers } from "./cluster/peers.js";
+import { ClusterService } from "./cluster/service.js";
+import type { UserStoreApi } from "./cluster/user-store-api.js";
+import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./storage/types.js";
 import type { ConfigValues } from "./cli/config.js";
@@ -31,8 +48,9 @@ const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
   const dev = cfg.dev === true;
-  if (cfg.control_plane !== undefined) {
-    throw new StartupError("--control-plane: cluster mode is not available in this build yet; run a single node without it");
+  const controlPlaneUrl = cfg.control_plane as string | undefined;
+  if (controlPlaneUrl !== undefined && !/^postgres(ql)?:\/\//.test(controlPlaneUrl)) {
+    throw new StartupError("--control-plane must be a postgres:// URL (for example postgres://narad:secret@db:5432/narad)");
   }
   const listen = String(cfg.listen);
   const m = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(listen);
@@ -42,6 +60,13 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   const nodeIdWanted = cfg.node_id as string | undefined;
   if (nodeIdWanted !== undefined && !NODE_ID_RE.test(nodeIdWanted)) {
     throw new StartupError(`--node-id ${JSON.stringify(nodeIdWanted)} must match ${NODE_ID_RE.source}`);
+  }
+  const advertiseWanted = cfg.advertise as string | undefined;
+  if (advertiseWanted !== undefined && !/^https?:\/\/[^\s/]+\/?$/.test(advertiseWanted)) {
+    throw new StartupError(`--advertise ${JSON.stringify(advertiseWanted)} must be a URL like http://10.0.0.5:7070 (no path)`);
+  }
+  if (controlPlaneUrl !== undefined && advertiseWanted === undefined && (host === "0.0.0.0" || host === "::")) {
+    throw new StartupError("--listen on every address needs --advertise: the URL other nodes use to reach this one");
   }
   const bugs = TestBugs.parse(env.NARAD_TEST_BUGS);
   if (typeof bugs === "string") throw new StartupError(`NARAD_TEST_BUGS: ${bugs}`);
@@ -67,27 +92,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   if (powerLoss) log.warn("TEST-ONLY POWER-LOSS MODE IS ON (NARAD_TEST_POWER_LOSS=1): unsynced bytes are kept in process memory");
   for (const b of bugs.names) log.warn({ bug: b, what: TEST_BUGS[b as keyof typeof TEST_BUGS] }, "TEST-ONLY SEEDED BUG IS ON (NARAD_TEST_BUGS)");
 
-  let users: UserStore;
-  try {
-    users = await UserStore.open(dataDir);
-  } catch (e) {
-    throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
-  }
-  if (!dev && users.userCount === 0) {
-    const password = env.NARAD_ADMIN_PASSWORD;
-    if (password === undefined || password === "") {
-      throw new StartupError("security is on and there are no users yet: set NARAD_ADMIN_PASSWORD to create the user admin, or start with --dev for a local node with security off");
-    }
-    try {
-      await users.addUser("admin", password, systemClock.nowMs(), [{ action: "admin", pattern: null }]);
-    } catch (e) {
-      if (e instanceof NaradError) throw new StartupError(`NARAD_ADMIN_PASSWORD: ${e.message}`);
-      throw e;
-    }
-    log.warn("created the user admin from NARAD_ADMIN_PASSWORD (security is on)");
-  }
-
-  const broker = await Broker.open({
+  const brokerOptions: BrokerOptions = {
     dataDir,
     clock: systemClock,
     logger: log,
@@ -109,41 +114,220 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     defaultVisibilityTimeoutMs: cfg["topic_defaults.visibility_timeout_ms"] as number,
     defaultRetentionMs: cfg["topic_defaults.retention_ms"] as number,
     bugs,
-  });
-
-  const http: NaradHttpServer = createHttpServer({
-    broker,
+  };
+  const httpCommon = {
     logger: log,
     nodeId: identity.nodeId,
     bootId: identity.bootId,
     headersTimeoutMs: cfg["http.headers_timeout_ms"] as number,
     requestTimeoutMs: cfg["http.request_timeout_ms"] as number,
     keepAliveTimeoutMs: cfg["http.keep_alive_timeout_ms"] as number,
-    users,
-    authenticator: dev ? undefined : new Authenticator(users, systemClock),
     nowMs: () => systemClock.nowMs(),
+  };
+  const urlOf = (server: Server) => {
+    const addr = server.address();
+    const actualPort = typeof addr === "object" && addr !== null ? addr.port : port;
+    return `http://${host.includes(":") ? `[${host}]` : host}:${actualPort}`;
+  };
+
+  if (controlPlaneUrl === undefined) {
+    let users: UserStore;
+    try {
+      users = await UserStore.open(dataDir);
+    } catch (e) {
+      throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
+    }
+    if (!dev) await bootstrapAdmin(users, env, log);
+    const broker = await Broker.open(brokerOptions);
+    const http = createHttpServer({
+      ...httpCommon,
+      service: new LocalService(broker),
+      users,
+      authenticator: dev ? undefined : new Authenticator(users, systemClock),
+    });
+    try {
+      await listenOn(http.server, host, port, listen);
+    } catch (e) {
+      await broker.close();
+      throw e;
+    }
+    http.setReady(true);
+    return running(http, urlOf(http.server), identity, dataDir, logger, log, cfg, async () => {
+      await broker.close();
+    });
+  }
+
+  // ---- cluster mode ------------------------------------------------------------------------------
+  // Bound first, answering 503 until the node is ready, so the advertised URL can name the port.
+  const bare = createServer((_req, res) => {
+    res.writeHead(503, { "content-type": "application/json", "retry-after": "1", "narad-node": identity.nodeId, "narad-boot": identity.bootId });
+    res.end(JSON.stringify(new NaradError("shutting_down", "The node is starting; retry shortly.").toBody()));
   });
+  await listenOn(bare, host, port, listen);
+  const advertiseUrl = (advertiseWanted ?? urlOf(bare)).replace(/\/+$/, "");
+  let cp: ControlPlane;
+  try {
+    cp = await ControlPlane.connect({
+      url: controlPlaneUrl,
+      nodeId: identity.nodeId,
+      advertiseUrl,
+      bootId: identity.bootId,
+      clock: systemClock,
+      logger: log,
+      heartbeatIntervalMs: cfg["cluster.heartbeat_interval_ms"] as number,
+      nodeLeaseMs: cfg["cluster.node_lease_ms"] as number,
+      leaseSafetyMarginMs: cfg["cluster.lease_safety_margin_ms"] as number,
+      resyncIntervalMs: cfg["cluster.resync_interval_ms"] as number,
+    });
+  } catch (e) {
+    bare.close();
+    throw new StartupError(`--control-plane: ${(e as Error).message}`);
+  }
+  let broker: Broker | undefined;
+  let ownership: Ownership | undefined;
+  let peers: Peers | undefined;
+  let service: ClusterService | undefined;
+  try {
+    const users: UserStoreApi = new ClusterUsers(cp, (t) => service?.barrier(t) ?? Promise.resolve());
+    broker = await Broker.open({
+      ...brokerOptions,
+      nodeNum: cp.nodeNumber,
+      secret: cp.clusterSecret,
+      cluster: {
+        ownsPartition: (t, p, e) => cp.ownsPartition(t, p, e),
+        copyToChild: (child, records) => service!.copyToChild(child, records),
+      },
+    });
+    ownership = new Ownership({
+      cp,
+      broker,
+      nodeId: identity.nodeId,
+      dataDir,
+      clock: systemClock,
+      logger: log,
+      moveFreezeTimeoutMs: cfg["cluster.move_freeze_timeout_ms"] as number,
+    });
+    const token = clusterToken(cp.clusterSecret);
+    peers = new Peers({
+      cp,
+      token,
+      nodeId: identity.nodeId,
+      clock: systemClock,
+      logger: log,
+      timeoutMs: cfg["cluster.forward_timeout_ms"] as number,
+      connections: cfg["cluster.forward_connections"] as number,
+    });
+    service = new ClusterService({
+      cp,
+      broker,
+      ownership,
+      peers,
+      nodeId: identity.nodeId,
+      bootId: identity.bootId,
+      bootSeq: identity.bootSeq,
+      clock: systemClock,
+      logger: log,
+      defaultPartitions: brokerOptions.defaultPartitions,
+      defaultVisibilityTimeoutMs: brokerOptions.defaultVisibilityTimeoutMs,
+      defaultRetentionMs: brokerOptions.defaultRetentionMs,
+      syncTimeoutMs: cfg["cluster.sync_timeout_ms"] as number,
+    });
+    const mover = new Mover({
+      cp,
+      broker,
+      ownership,
+      peers,
+      service,
+      nodeId: identity.nodeId,
+      dataDir,
+      clock: systemClock,
+      logger: log,
+      moveTimeoutMs: cfg["cluster.move_timeout_ms"] as number,
+    });
+    if (!dev) await bootstrapAdmin(users, env, log);
+    await ownership.start();
+    const http = createHttpServer({
+      ...httpCommon,
+      service,
+      users,
+      authenticator: dev ? undefined : new Authenticator(users, systemClock),
+      cluster: { token, cp, service, mover },
+      server: bare,
+    });
+    http.setReady(true);
+    const b = broker;
+    const o = ownership;
+    const pe = peers;
+    const run = running(http, urlOf(bare), identity, dataDir, logger, log, cfg, async () => {
+      o.close();
+      await b.close();
+      await pe.close();
+      await cp.close();
+    });
+    cp.onChange((e) => {
+      if (e.kind !== "superseded") return;
+      log.fatal("another process started with this node id; this one stops (exit 1)");
+      void run.stop().finally(() => process.exit(1));
+    });
+    log.info({ advertise: advertiseUrl, nodeNumber: cp.nodeNumber, leaseLive: cp.isLeaseLive() }, "cluster node ready");
+    return run;
+  } catch (e) {
+    ownership?.close();
+    await broker?.close().catch(() => undefined);
+    await peers?.close().catch(() => undefined);
+    await cp.close().catch(() => undefined);
+    bare.close();
+    if (e instanceof StartupError) throw e;
+    throw new StartupError(`cluster start failed: ${(e as Error).message}`);
+  }
+}
+
+/** Security on with no users yet: admin from NARAD_ADMIN_PASSWORD (another node may have made it: fine). */
+async function bootstrapAdmin(users: UserStoreApi, env: NodeJS.ProcessEnv, log: Logger): Promise<void> {
+  if (users.userCount > 0) return;
+  const password = env.NARAD_ADMIN_PASSWORD;
+  if (password === undefined || password === "") {
+    throw new StartupError("security is on and there are no users yet: set NARAD_ADMIN_PASSWORD to create the user admin, or start with --dev for a local node with security off");
+  }
+  try {
+    await users.addUser("admin", password, systemClock.nowMs(), [{ action: "admin", pattern: null }]);
+  } catch (e) {
+    if (e instanceof NaradError && e.code === "user_exists") return; // another node of the cluster made it first
+    if (e instanceof NaradError) throw new StartupError(`NARAD_ADMIN_PASSWORD: ${e.message}`);
+    throw e;
+  }
+  log.warn("created the user admin from NARAD_ADMIN_PASSWORD (security is on)");
+}
+
+async function listenOn(server: Server, host: string, port: number, listen: string): Promise<void> {
   try {
     await new Promise<void>((res, rej) => {
-      http.server.once("error", rej);
-      http.server.listen(port, host, () => {
-        http.server.off("error", rej);
+      server.once("error", rej);
+      server.listen(port, host, () => {
+        server.off("error", rej);
         res();
       });
     });
   } catch (e) {
-    await broker.close();
     const code = (e as NodeJS.ErrnoException).code;
     if (code === "EADDRINUSE") throw new StartupError(`port ${port} on ${host} is in use; stop what holds it or pass --listen HOST:PORT`);
     throw new StartupError(`cannot listen on ${listen}: ${code ?? (e as Error).message}`);
   }
-  http.setReady(true);
-  const addr = http.server.address();
-  const actualPort = typeof addr === "object" && addr !== null ? addr.port : port;
-  const urlHost = host.includes(":") ? `[${host}]` : host;
+}
+
+function running(
+  http: NaradHttpServer,
+  url: string,
+  identity: { nodeId: string; bootId: string },
+  dataDir: string,
+  logger: Logger,
+  log: Logger,
+  cfg: ConfigValues,
+  closeRest: () => Promise<void>,
+): RunningServer {
   let stopping: Promise<void> | undefined;
   return {
-    url: `http://${urlHost}:${actualPort}`,
+    url,
     nodeId: identity.nodeId,
     bootId: identity.bootId,
     dataDir,
@@ -152,7 +336,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       stopping ??= (async () => {
         log.info("stopping: finishing in-flight requests");
         await http.drain(cfg["http.shutdown_grace_ms"] as number);
-        await broker.close();
+        await closeRest();
         http.server.closeAllConnections();
         log.info("stopped: logs and acks flushed and synced");
         logger.flush();

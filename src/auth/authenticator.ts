@@ -19,7 +19,8 @@ import { createHash, randomBytes } from "node:crypto";
 import { NaradError } from "../protocol/errors.js";
 import type { Clock } from "../storage/types.js";
 import type { Principal } from "./model.js";
-import { hashPassword, verifyPassword, type UserStore } from "./store.js";
+import type { UserStoreApi } from "../cluster/user-store-api.js";
+import { hashPassword, verifyPassword } from "./store.js";
 
 export const AUTH_LIMITS = {
   failuresFree: 5,
@@ -45,7 +46,7 @@ export class Authenticator {
   private dummy: Awaited<ReturnType<typeof hashPassword>> | undefined;
 
   constructor(
-    private readonly store: UserStore,
+    private readonly store: UserStoreApi,
     private readonly clock: Clock,
   ) {}
 

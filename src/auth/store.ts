@@ -1,13 +1,15 @@
 // Users and grants of one node, in DATA/security/users.json, written atomically (temp file,
 // fsync, rename, directory fsync) after every change and before the change is answered.
 // Passwords are kept only as scrypt hashes. In a cluster the same data moves into the control
-// plane (issue 5); this class is what the HTTP layer and the authenticator see.
+// plane (src/cluster/control-plane.ts); both implement UserStoreApi, which is what the HTTP layer
+// and the authenticator see.
 
 import { randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../storage/index.js";
 import { NaradError } from "../protocol/errors.js";
+import type { UserStoreApi } from "../cluster/user-store-api.js";
 import { PASSWORD_BYTES_MAX, PASSWORD_BYTES_MIN, USER_NAME_RE, type Grant, isAction } from "./model.js";
 
 /** scrypt cost: N = 2^14, r = 8, p = 1 (16 MiB, ~50 ms here); recorded per hash so it can change. */
@@ -58,7 +60,7 @@ export function checkPassword(password: unknown): string {
   return password;
 }
 
-export class UserStore {
+export class UserStore implements UserStoreApi {
   private data: FileShape = { version: 1, users: {} };
   /** Bumped on every change of a user, so cached authentications of the old state die at once. */
   private readonly generations = new Map<string, number>();

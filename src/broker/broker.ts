@@ -11,9 +11,19 @@
 // Limits and their answers: bytes waiting for fsync over `pendingSyncBytesMax` → 429 overloaded;
 // more than `waitersMax` waiting long polls → 429 too_many_waiters; a consume batch's payload
 // over `consumeBytesMax` → fewer messages in that answer.
+//
+// Cluster mode (`opts.cluster` set): the topics' metadata lives in the control plane, not in
+// topic.json; src/cluster/ownership.ts tells the broker which topics exist (applyClusterTopic,
+// dropClusterTopic) and which partitions this node owns, at which epoch (openClusterPartition,
+// closeClusterPartition). A topic's `partitions` array is then sparse: only owned partitions are
+// open here, under DATA/cluster/NAME/INCARNATION/partitions/P. Every owner write (append, lease,
+// ack, extend, nack) first checks `cluster.ownsPartition(topic, p, epoch)` (docs/architecture.md,
+// "epoch check before any owner write"), and a produce checks it again after its fsync: a 202 is
+// given only while the node still owns the partition.
 
+import assert from "node:assert/strict";
 import { randomBytes, randomInt } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
@@ -26,7 +36,7 @@ import type { Clock, StoredRecord } from "../storage/types.js";
 import { HandleCodec } from "./handles.js";
 import { BrokerMetrics } from "./metrics.js";
 import { Partition, type Taken } from "./partition.js";
-import { keyPartition } from "./partitioner.js";
+import { groupByPartition } from "./partitioner.js";
 import type { TestBugs } from "./test-bugs.js";
 
 export interface BrokerOptions {
@@ -52,6 +62,29 @@ export interface BrokerOptions {
   defaultVisibilityTimeoutMs: number;
   defaultRetentionMs: number;
   bugs: TestBugs;
+  /** Set in cluster mode. */
+  cluster?: BrokerCluster;
+}
+
+/** What the broker needs from the cluster (src/cluster). */
+export interface BrokerCluster {
+  /** From memory: this node's lease is live and it owns the partition at exactly this epoch. */
+  ownsPartition(topic: string, partition: number, epoch: number): boolean;
+  /** Appends copies to a local child topic wherever its partitions live; resolves once durable there. */
+  copyToChild(child: string, records: StoredRecord[]): Promise<void>;
+}
+
+/** A topic's metadata as the control plane keeps it (cluster mode). */
+export interface ClusterTopicMeta {
+  name: string;
+  incarnation: number;
+  partitions: number;
+  visibility_timeout_ms: number;
+  retention_ms: number;
+  owner: string | null;
+  children: ChildLink[];
+  parent: { topic: string; kind: ChildJson["kind"] } | null;
+  created_at: number;
 }
 
 interface TopicMeta {
@@ -76,8 +109,9 @@ interface Waiter {
 }
 
 class Topic {
-  partitions: Partition[] = [];
-  copiers: PartitionCopier[] = [];
+  /** Sparse in cluster mode: only the partitions this node owns are open. */
+  partitions: (Partition | undefined)[] = [];
+  copiers: (PartitionCopier | undefined)[] = [];
   readonly waiters: Waiter[] = [];
   produceRr = 0;
   consumeRr = 0;
@@ -93,8 +127,15 @@ class Topic {
   ) {}
 
   hasAvailable(): boolean {
-    for (const p of this.partitions) if (p.hasAvailable()) return true;
+    for (const p of this.partitions) if (p?.hasAvailable()) return true;
     return false;
+  }
+
+  /** The open partitions. */
+  open(): Partition[] {
+    const out: Partition[] = [];
+    for (const p of this.partitions) if (p !== undefined) out.push(p);
+    return out;
   }
 
   toJson(): TopicJson {
@@ -120,6 +161,9 @@ export interface Delivery {
   deliveryCount: number;
   receiptHandle: string;
   record: StoredRecord;
+  /** Cluster mode: the owner that holds the lease, when it is another node. */
+  owner?: string;
+  ownerBoot?: string;
 }
 
 export interface ProduceItem {
@@ -128,7 +172,8 @@ export interface ProduceItem {
 }
 
 export type SettleAction = "ack" | "extend" | "nack";
-export type SettleStatus = 204 | 400 | 410;
+/** 503: the partition is not served here now (cluster mode: not owned, lease lapsed, frozen). */
+export type SettleStatus = 204 | 400 | 410 | 503;
 
 export interface ReplayResult {
   records: StoredRecord[];
@@ -147,6 +192,8 @@ export class Broker {
   /** SDK clients of remote children, by URL and user. */
   private readonly remotes = new Map<string, Narad>();
   private pendingSyncBytes = 0;
+  /** Cluster mode: the last delivery tag per closed partition, so a reopen never reissues one. */
+  private readonly lastTags = new Map<string, number>();
   private housekeeping: NodeJS.Timeout | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private closed = false;
@@ -161,8 +208,14 @@ export class Broker {
     const b = new Broker(opts);
     await mkdir(join(opts.dataDir, "topics"), { recursive: true });
     await rm(join(opts.dataDir, "trash"), { recursive: true, force: true });
-    for (const name of await readdir(join(opts.dataDir, "topics"))) {
-      await b.loadTopic(name);
+    if (opts.cluster === undefined) {
+      for (const name of await readdir(join(opts.dataDir, "topics"))) {
+        await b.loadTopic(name);
+      }
+    } else {
+      await mkdir(join(opts.dataDir, "cluster"), { recursive: true });
+      const single = await readdir(join(opts.dataDir, "topics"));
+      if (single.length > 0) b.log.warn({ topics: single.length }, "this data directory holds single-node topics; a cluster node does not serve them");
     }
     b.housekeeping = setInterval(() => void b.runHousekeeping(), opts.housekeepingIntervalMs);
     b.housekeeping.unref();
@@ -196,8 +249,12 @@ export class Broker {
   }
 
   private async openPartitions(t: Topic, count: number): Promise<void> {
+    for (let i = t.partitions.length; i < count; i++) await this.openPartitionAt(t, i, 0);
+  }
+
+  private async openPartitionAt(t: Topic, i: number, epoch: number): Promise<void> {
     const o = this.opts;
-    for (let i = t.partitions.length; i < count; i++) {
+    {
       const pdir = join(t.dir, "partitions", String(i));
       await mkdir(pdir, { recursive: true });
       const logger = o.logger.child({ topic: t.meta.name, partition: i });
@@ -219,8 +276,9 @@ export class Broker {
         ackSyncIntervalMs: o.ackSyncIntervalMs,
         powerLoss: o.powerLoss,
       });
-      const part = new Partition(i, log, acks);
-      t.partitions.push(part);
+      const tagKey = `${t.meta.name}/${t.meta.incarnation}/${i}`;
+      const part = new Partition(i, log, acks, epoch, this.lastTags.get(tagKey) ?? 0);
+      t.partitions[i] = part;
       const cursors = CursorFile.open(join(pdir, "children.cursors"), {
         ackFlushIntervalMs: o.ackFlushIntervalMs,
         ackSyncIntervalMs: o.ackSyncIntervalMs,
@@ -231,9 +289,28 @@ export class Broker {
       // record in it was produced after the attach, so copying starts at its beginning.
       for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
       const copier = new PartitionCopier(t.meta.name, part, cursors, () => t.meta.children, (l, r) => this.copyTo(t, l, r), o.clock, logger.child({ module: "children" }), o.bugs);
-      t.copiers.push(copier);
+      t.copiers[i] = copier;
       if (t.meta.children.length > 0) copier.kick();
     }
+  }
+
+  /** Closes one open partition (its copier, log and ack log, flushed and synced). */
+  private async closePartitionAt(t: Topic, i: number): Promise<void> {
+    const p = t.partitions[i];
+    const c = t.copiers[i];
+    t.partitions[i] = undefined;
+    t.copiers[i] = undefined;
+    if (c !== undefined) await c.close();
+    if (p !== undefined) {
+      this.lastTags.set(`${t.meta.name}/${t.meta.incarnation}/${i}`, p.lastTag);
+      await p.log.close();
+      await p.acks.close();
+    }
+  }
+
+  /** The epoch check before an owner write; always true on a single node. */
+  private owns(t: Topic, p: Partition): boolean {
+    return this.opts.cluster === undefined || this.opts.cluster.ownsPartition(t.meta.name, p.index, p.epoch);
   }
 
   private topic(name: string): Topic {
@@ -315,11 +392,7 @@ export class Broker {
     const run = t.metaChain.then(async () => {
       for (const w of t.waiters.splice(0)) this.finishWaiter(w, []);
       await this.detachAllLinks(t);
-      for (const c of t.copiers) await c.close();
-      for (const p of t.partitions) {
-        await p.log.close();
-        await p.acks.close();
-      }
+      for (let i = 0; i < t.partitions.length; i++) await this.closePartitionAt(t, i);
       const trash = join(this.opts.dataDir, "trash");
       await mkdir(trash, { recursive: true });
       const dest = join(trash, `${name}.${t.meta.incarnation}.${randomBytes(4).toString("hex")}`);
@@ -330,6 +403,142 @@ export class Broker {
     });
     t.metaChain = run.catch(() => undefined);
     return run;
+  }
+
+  // ---- cluster mode: topics and partitions as the control plane places them ------------------
+
+  /** Where a cluster topic's partitions live on this node: one directory per incarnation. */
+  clusterTopicDir(name: string, incarnation: number): string {
+    return join(this.opts.dataDir, "cluster", name, String(incarnation));
+  }
+
+  /** The epoch an owned partition is open at here, or undefined when it is not open. */
+  openEpoch(name: string, partition: number): number | undefined {
+    return this.topics.get(name)?.partitions[partition]?.epoch;
+  }
+
+  /** The incarnation of the topic as this broker knows it. */
+  knownIncarnation(name: string): number | undefined {
+    const t = this.topics.get(name);
+    return t === undefined || t.deleted ? undefined : t.meta.incarnation;
+  }
+
+  /** Adds or updates a topic's metadata (cluster mode; no files are written). */
+  applyClusterTopic(m: ClusterTopicMeta): void {
+    assert.ok(this.opts.cluster !== undefined, "applyClusterTopic is for cluster mode");
+    const t = this.topics.get(m.name);
+    const meta: TopicMeta = { ...m, children: m.children.map((c) => ({ ...c })) };
+    if (t === undefined || t.deleted) {
+      this.topics.set(m.name, new Topic(meta, this.clusterTopicDir(m.name, m.incarnation)));
+      return;
+    }
+    assert.equal(t.meta.incarnation, m.incarnation, "a recreated topic must be dropped first");
+    const before = new Set(t.meta.children.map((c) => c.topic));
+    t.meta = meta;
+    for (const c of t.copiers) {
+      if (c === undefined) continue;
+      for (const l of meta.children) {
+        // An attach reaches every owner before the link is written (src/cluster/service.ts); a
+        // link that arrives without a cursor here missed that step: start at the end, so no
+        // message from before the attach is copied.
+        if (!before.has(l.topic) && c.cursors.get(l.topic) === undefined) {
+          this.log.warn({ topic: m.name, partition: c.partition.index, child: l.topic }, "a child link arrived without its copy cursor; copying starts at the end");
+          c.cursors.advance(l.topic, c.partition.log.endOffset);
+        }
+      }
+      if (meta.children.length > 0) c.kick();
+    }
+  }
+
+  /** Removes a topic (deleted, or created again as a new incarnation) and its files here. */
+  async dropClusterTopic(name: string): Promise<void> {
+    const t = this.topics.get(name);
+    if (t === undefined) return;
+    t.deleted = true;
+    for (const w of t.waiters.splice(0)) this.finishWaiter(w, []);
+    const run = t.metaChain.then(async () => {
+      for (let i = 0; i < t.partitions.length; i++) await this.closePartitionAt(t, i);
+      if (this.topics.get(name) === t) this.topics.delete(name);
+      await this.trash(t.dir);
+      this.log.info({ topic: name, incarnation: t.meta.incarnation }, "topic dropped from this node");
+    });
+    t.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Opens a partition this node owns at `epoch` (a reopen when it is open at another epoch). */
+  async openClusterPartition(name: string, partition: number, epoch: number): Promise<void> {
+    this.assertOpen();
+    const t = this.topic(name);
+    const run = t.metaChain.then(async () => {
+      if (t.deleted) return;
+      const open = t.partitions[partition];
+      if (open !== undefined && open.epoch === epoch) return;
+      if (open !== undefined) await this.closePartitionAt(t, partition);
+      await this.openPartitionAt(t, partition, epoch);
+      this.log.info({ topic: name, partition, epoch }, "partition opened");
+      this.wake(t);
+    });
+    t.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Closes a partition here (flushing and syncing its log, ack log and copy cursors). With
+   * `remove`, its files go too: the partition moved to another node, which has the copy.
+   */
+  async closeClusterPartition(name: string, partition: number, remove: boolean): Promise<void> {
+    const t = this.topics.get(name);
+    if (t === undefined) return;
+    const run = t.metaChain.then(async () => {
+      const wasOpen = t.partitions[partition] !== undefined;
+      await this.closePartitionAt(t, partition);
+      if (remove) await this.trash(join(t.dir, "partitions", String(partition)));
+      if (wasOpen || remove) this.log.info({ topic: name, partition, removed: remove }, "partition closed");
+    });
+    t.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Cluster mode, attaching or detaching a child: sets the child's copy cursor of one owned
+   * partition to its current end (durably, before the link is written anywhere), or removes it.
+   */
+  async setChildCursor(name: string, partition: number, child: string, set: boolean): Promise<void> {
+    const t = this.topic(name);
+    const c = t.copiers[partition];
+    const p = t.partitions[partition];
+    if (c === undefined || p === undefined || !this.owns(t, p)) throw notOwner(name, partition);
+    await c.cursors.setNow(child, set ? p.log.endOffset : undefined);
+  }
+
+  /** Whether a partition's directory exists here (open or not). */
+  async hasPartitionFiles(name: string, incarnation: number, partition: number): Promise<boolean> {
+    try {
+      await stat(this.partitionDir(name, incarnation, partition));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** A cluster partition's directory on this node. */
+  partitionDir(name: string, incarnation: number, partition: number): string {
+    return join(this.clusterTopicDir(name, incarnation), "partitions", String(partition));
+  }
+
+  /** Renames a directory into DATA/trash, then removes it in the background. */
+  private async trash(dir: string): Promise<void> {
+    const trash = join(this.opts.dataDir, "trash");
+    await mkdir(trash, { recursive: true });
+    const dest = join(trash, `${randomBytes(6).toString("hex")}`);
+    try {
+      await rename(dir, dest);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw e;
+    }
+    void rm(dest, { recursive: true, force: true }).catch((e: Error) => this.log.warn({ err: e.message }, "could not remove files of a dropped partition"));
   }
 
   // ---- child topics -----------------------------------------------------------------------------
@@ -364,7 +573,7 @@ export class Broker {
       if (child.meta.children.length > 0) throw bad(`${link.topic} has children of its own; a child cannot have children.`);
     }
     const run = parent.metaChain.then(async () => {
-      for (const c of parent.copiers) await c.cursors.setNow(link.topic, c.partition.log.endOffset);
+      for (const c of parent.copiers) if (c !== undefined) await c.cursors.setNow(link.topic, c.partition.log.endOffset);
       if (child !== undefined) await this.saveMeta(child, { ...child.meta, parent: { topic: parentName, kind: link.kind } });
       await this.saveMeta(parent, { ...parent.meta, children: [...parent.meta.children, link] });
       this.log.info({ parent: parentName, child: link.topic, kind: link.kind }, "child attached");
@@ -389,7 +598,7 @@ export class Broker {
 
   private async unlink(parent: Topic, childName: string): Promise<void> {
     await this.saveMeta(parent, { ...parent.meta, children: parent.meta.children.filter((c) => c.topic !== childName) });
-    for (const c of parent.copiers) await c.cursors.setNow(childName, undefined);
+    for (const c of parent.copiers) if (c !== undefined) await c.cursors.setNow(childName, undefined);
     const child = this.topics.get(childName);
     if (child !== undefined && child.meta.parent?.topic === parent.meta.name) await this.saveMeta(child, { ...child.meta, parent: null });
     this.log.info({ parent: parent.meta.name, child: childName }, "child detached");
@@ -421,6 +630,11 @@ export class Broker {
       );
       return;
     }
+    if (this.opts.cluster !== undefined) {
+      await this.opts.cluster.copyToChild(link.topic, records);
+      this.metrics.childCopied.inc({ parent: parent.meta.name, child: link.topic }, records.length);
+      return;
+    }
     const child = this.topics.get(link.topic);
     if (child === undefined || child.deleted) throw new Error(`child topic ${link.topic} of ${parent.meta.name} is gone`);
     await this.appendTo(child, records.map((r) => ({ key: r.key, payload: r.payload })));
@@ -428,6 +642,34 @@ export class Broker {
   }
 
   // ---- produce --------------------------------------------------------------------------------
+
+  /**
+   * Cluster mode: appends every item to one partition this node owns, and answers only if it
+   * still owns it once the fsync returned (fencing: docs/architecture.md). NaradError not_owner
+   * (definite: nothing was written) when it does not own the partition now; ownership_lost
+   * (indefinite) when it lost it while the write was in flight.
+   */
+  async produceTo(topicName: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    const p = t.partitions[partition];
+    if (p === undefined || !this.owns(t, p)) throw notOwner(topicName, partition);
+    let bytes = 0;
+    for (const it of items) bytes += it.payload.length + (it.key?.length ?? 0) + 32;
+    if (this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0) {
+      throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
+    }
+    const results = await this.appendGroups(
+      t,
+      items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
+      new Map([[partition, items.map((_, i) => i)]]),
+    );
+    if (!this.owns(t, p)) {
+      throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
+    }
+    this.metrics.produced.inc({ topic: topicName }, items.length);
+    return results;
+  }
 
   /** Appends the items, resolves once they are all durable; results in request order. */
   async produce(topicName: string, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
@@ -453,22 +695,20 @@ export class Broker {
    * 202: docs/architecture.md). Used by produce and by copies into child topics.
    */
   private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer }[]): Promise<{ partition: number; offset: number }[]> {
-    let bytes = 0;
-    for (const it of items) bytes += it.payload.length + (it.key?.length ?? 0) + 32;
     const n = t.partitions.length;
     // Unkeyed messages of one request go together to the next partition in turn (a "sticky"
     // partitioner, as Kafka's producer does): one append and one fdatasync per batch instead of
     // one per partition, while successive requests still go round the partitions.
     const unkeyedPartition = t.produceRr++ % n;
     if (t.produceRr > 0x3fffffff) t.produceRr %= n;
-    const groups = new Map<number, number[]>();
-    for (let i = 0; i < items.length; i++) {
-      const key = items[i]!.key;
-      const p = key === null ? unkeyedPartition : keyPartition(key, n);
-      const g = groups.get(p);
-      if (g) g.push(i);
-      else groups.set(p, [i]);
-    }
+    const groups = groupByPartition(items.map((it) => it.key), n, unkeyedPartition);
+    return this.appendGroups(t, items, groups);
+  }
+
+  /** Appends each group to its partition (which must be open) and waits for every fsync. */
+  private async appendGroups(t: Topic, items: { key: Buffer | null; payload: Buffer }[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number }[]> {
+    let bytes = 0;
+    for (const it of items) bytes += it.payload.length + (it.key?.length ?? 0) + 32;
     const now = this.opts.clock.nowMs();
     const started = this.opts.clock.monoMs();
     const results = new Array<{ partition: number; offset: number }>(items.length);
@@ -603,12 +843,14 @@ export class Broker {
     const now = this.opts.clock.monoMs();
     const vt = this.opts.bugs.has("early-lapse") ? Math.max(1, Math.floor(t.meta.visibility_timeout_ms / 4)) : t.meta.visibility_timeout_ms;
     const n = t.partitions.length;
+    if (n === 0) return [];
     const takenBy: { p: Partition; taken: Taken[] }[] = [];
     let got = 0;
     const start = t.consumeRr++ % n;
     if (t.consumeRr > 0x3fffffff) t.consumeRr %= n;
     for (let i = 0; i < n && got < max; i++) {
-      const p = t.partitions[(start + i) % n]!;
+      const p = t.partitions[(start + i) % n];
+      if (p === undefined || !this.owns(t, p)) continue;
       p.expire(now);
       const taken = p.take(max - got, now, vt);
       if (taken.length > 0) {
@@ -663,9 +905,10 @@ export class Broker {
     const bugs = this.opts.bugs;
     let woke = false;
     const out = fields.map((f): SettleStatus => {
-      if (f === null || f.partition >= t.partitions.length) return 400;
+      if (f === null || f.partition >= t.meta.partitions) return 400;
+      const p = t.partitions[f.partition];
+      if (p === undefined || !this.owns(t, p)) return 503; // cluster mode: not served here now
       if (f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) return 410; // an earlier lease holder
-      const p = t.partitions[f.partition]!;
       const tag = bugs.has("accept-replaced-handle") ? p.currentTag(f.offset) ?? f.tag : f.tag;
       let r: "ok" | "gone";
       switch (action) {
@@ -687,9 +930,23 @@ export class Broker {
       }
       return r === "ok" ? 204 : 410;
     });
-    for (const s of out) this.metrics.settled.inc({ topic: topicName, action, result: s === 204 ? "ok" : s === 410 ? "gone" : "invalid" });
+    for (const s of out) this.metrics.settled.inc({ topic: topicName, action, result: s === 204 ? "ok" : s === 410 ? "gone" : s === 503 ? "unavailable" : "invalid" });
     if (woke) this.wake(t);
     return out;
+  }
+
+  /**
+   * Cluster mode: undoes leases that never reached a client (a long poll on another partition
+   * answered first), restoring their delivery counts.
+   */
+  releaseLeases(topicName: string, handles: string[]): void {
+    const t = this.topic(topicName);
+    const fields = this.codec.verify(t.meta.incarnation, handles);
+    for (const f of fields) {
+      if (f === null || f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) continue;
+      t.partitions[f.partition]?.release(f.offset, f.tag, false);
+    }
+    this.wake(t);
   }
 
   // ---- replay ---------------------------------------------------------------------------------
@@ -697,8 +954,9 @@ export class Broker {
   async replay(topicName: string, partition: number, offset: number, limit: number): Promise<ReplayResult> {
     this.assertOpen();
     const t = this.topic(topicName);
+    if (partition >= t.meta.partitions) throw new NaradError("partition_not_found", `Topic ${topicName} has partitions 0..${t.meta.partitions - 1}.`);
     const p = t.partitions[partition];
-    if (p === undefined) throw new NaradError("partition_not_found", `Topic ${topicName} has partitions 0..${t.partitions.length - 1}.`);
+    if (p === undefined) throw notOwner(topicName, partition);
     const earliest = p.log.earliestOffset;
     const end = p.log.syncedOffset;
     const from = Math.max(offset, earliest);
@@ -714,7 +972,7 @@ export class Broker {
     const now = this.opts.clock.monoMs();
     for (const t of this.topics.values()) {
       let lapsed = 0;
-      for (const p of t.partitions) lapsed += p.expire(now);
+      for (const p of t.partitions) if (p !== undefined) lapsed += p.expire(now);
       if (lapsed > 0) this.wake(t);
     }
   }
@@ -722,7 +980,8 @@ export class Broker {
   private async runHousekeeping(): Promise<void> {
     for (const t of [...this.topics.values()]) {
       if (t.deleted) continue;
-      for (const p of t.partitions) {
+      for (const p of t.open()) {
+        if (t.partitions[p.index] !== p) continue; // closed meanwhile (cluster mode: moved, dropped)
         try {
           await p.log.maybeRoll();
           const before = p.log.earliestOffset;
@@ -744,9 +1003,9 @@ export class Broker {
       .filter((t) => !t.deleted)
       .map((t) => ({
         topic: t.meta.name,
-        backlog: t.partitions.reduce((s, p) => s + p.backlog, 0),
-        inFlight: t.partitions.reduce((s, p) => s + p.inFlight, 0),
-        partitions: t.partitions.length,
+        backlog: t.open().reduce((s, p) => s + p.backlog, 0),
+        inFlight: t.open().reduce((s, p) => s + p.inFlight, 0),
+        partitions: t.open().length,
       }));
   }
 
@@ -755,6 +1014,7 @@ export class Broker {
     for (const t of this.topics.values()) {
       if (t.deleted || t.meta.children.length === 0) continue;
       for (const c of t.copiers) {
+        if (c === undefined) continue;
         for (const st of c.stats()) {
           const k = `${t.meta.name}\0${st.child}`;
           const g = out.get(k) ?? { parent: t.meta.name, child: st.child, lagMessages: 0, lagSeconds: 0 };
@@ -784,14 +1044,14 @@ export class Broker {
     clearInterval(this.sweeper);
     this.releaseWaiters();
     for (const t of this.topics.values()) {
-      for (const c of t.copiers) await c.close();
-      for (const p of t.partitions) {
-        await p.log.close();
-        await p.acks.close();
-      }
+      for (let i = 0; i < t.partitions.length; i++) await this.closePartitionAt(t, i);
     }
     for (const c of this.remotes.values()) await c.close();
   }
+}
+
+function notOwner(topic: string, partition: number): NaradError {
+  return new NaradError("not_owner", `This node does not serve ${topic}/${partition} now (it is not its owner, its lease lapsed, or the partition is frozen for a move); retry shortly.`);
 }
 
 function parseMeta(j: unknown, name: string): TopicMeta {

@@ -108,12 +108,25 @@ export class Partition {
   /** Counters since boot, for metrics. */
   readonly counts = { delivered: 0, redelivered: 0, acked: 0, nacked: 0, lapsed: 0, extended: 0 };
 
+  /**
+   * @param epoch the ownership epoch it was opened at (cluster mode; 0 on a single node).
+   * @param firstTag delivery tags continue from here, so a partition closed and opened again in
+   *   one boot (moved away and back) never reissues a tag an older handle carries.
+   */
   constructor(
     readonly index: number,
     readonly log: PartitionLog,
     readonly acks: AckLog,
+    readonly epoch = 0,
+    firstTag = 0,
   ) {
     this.cursor = Math.max(acks.floor, log.earliestOffset);
+    this.tagSeq = firstTag >>> 0;
+  }
+
+  /** The last delivery tag issued. */
+  get lastTag(): number {
+    return this.tagSeq;
   }
 
   get inFlight(): number {

@@ -15,3 +15,20 @@ export function fnv1a32(s: string | Buffer): number {
 export function keyPartition(key: string | Buffer, partitions: number): number {
   return fnv1a32(key) % partitions;
 }
+
+/**
+ * Groups the items of one produce request by partition: keyed ones by their key's hash, unkeyed
+ * ones all to `unkeyedPartition` (the "sticky" rule: one append and one fsync per request).
+ * Returns partition → indexes of the items, in request order.
+ */
+export function groupByPartition(keys: readonly (string | Buffer | null)[], partitions: number, unkeyedPartition: number): Map<number, number[]> {
+  const groups = new Map<number, number[]>();
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i]!;
+    const p = key === null ? unkeyedPartition : keyPartition(key, partitions);
+    const g = groups.get(p);
+    if (g) g.push(i);
+    else groups.set(p, [i]);
+  }
+  return groups;
+}

@@ -4,6 +4,7 @@ import { Command, Option } from "commander";
 import { ConfigError, resolveConfig, SETTINGS } from "./config.js";
 import { registerClientCommands } from "./client-commands.js";
 import { registerVerifyCommands } from "./verify-commands.js";
+import { registerClusterCommands } from "./cluster-commands.js";
 
 const program = new Command();
 program
@@ -65,6 +66,7 @@ start.action(async (opts: Record<string, unknown>) => {
 });
 
 registerClientCommands(program);
+registerClusterCommands(program);
 registerVerifyCommands(program);
 
 function fail(message: string): never {

@@ -981,6 +981,15 @@ export class ControlPlane implements UserStoreApi {
     await this.requestRefresh({ full: true });
   }
 
+  /**
+   * Re-reads what the targets name, now: `topic:NAME`, `user:NAME`, `nodes` (the notification
+   * payloads). For a node that must see another node's write before it answers (read-your-writes
+   * across nodes, src/cluster/service.ts).
+   */
+  async refresh(targets: string[]): Promise<void> {
+    await this.requestRefresh(parseTargets(targets));
+  }
+
   private requestRefresh(req: Partial<Omit<RefreshBatch, "waiters">>): Promise<void> {
     return new Promise((resolve, reject) => {
       const b = this.pending;

@@ -6,11 +6,23 @@
 // limit); batch bodies over LIMITS.batchBodyBytesMax → 413; headers must arrive within
 // headersTimeoutMs and a whole request within requestTimeoutMs (Node closes the socket with
 // 408); a stopping node answers 503 shutting_down and closes the connection.
+//
+// Requests are served by a Service (src/broker/service.ts): the local broker on a single node,
+// the cluster's router (src/cluster/service.ts) in a cluster. In a cluster this module also
+// serves the internal routes other nodes forward to (src/cluster/wire.ts): they need the
+// cluster token, never forward further, and check the forwarded client's credentials again.
 
+import { createReadStream } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { pipeline } from "node:stream/promises";
 import FindMyWay from "find-my-way";
 import type { Logger } from "pino";
-import type { Broker, Delivery, SettleAction } from "../broker/broker.js";
+import type { Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
+import type { RequestContext, Service, SettleOutcome } from "../broker/service.js";
+import type { ControlPlane } from "../cluster/control-plane.js";
+import type { Mover } from "../cluster/moves.js";
+import type { ClusterService, LocalSettleAction } from "../cluster/service.js";
+import { DELIVERIES_TYPE, INTERNAL_HEADERS, INTERNAL_PREFIX, encodeDeliveries, tokenMatches } from "../cluster/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import {
   BATCH_BINARY_TYPE,
@@ -23,26 +35,44 @@ import {
 import { readBody, readJson, BodyTooLarge } from "./body.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import { allows, canManage, canSee, isAdmin, parseGrant, type Principal } from "../auth/model.js";
-import type { UserStore } from "../auth/store.js";
+import type { UserStoreApi } from "../cluster/user-store-api.js";
+
+/** What the HTTP layer needs of a cluster node beyond the Service. */
+export interface ClusterHttp {
+  /** The cluster token internal requests must carry. */
+  token: string;
+  cp: ControlPlane;
+  service: ClusterService;
+  mover: Mover;
+}
 
 export interface HttpOptions {
-  broker: Broker;
+  service: Service;
   logger: Logger;
   nodeId: string;
   bootId: string;
   headersTimeoutMs: number;
   requestTimeoutMs: number;
   keepAliveTimeoutMs: number;
-  users: UserStore;
+  users: UserStoreApi;
   /** Absent with security off (--dev): every request is allowed without credentials. */
   authenticator?: Authenticator;
   nowMs: () => number;
+  /** Cluster mode. */
+  cluster?: ClusterHttp;
+  /** A server already listening (cluster mode binds before it knows its advertised address). */
+  server?: Server;
 }
 
 type Params = Record<string, string | undefined>;
+
+/** Forwarded long polls that may wait here at once with a cancellable id (more wait without one). */
+const LIMITS_POLLS_MAX = 100_000;
 interface Ctx {
-  /** null with security off. */
+  /** null with security off, and for a node's own internal requests. */
   principal: Principal | null;
+  /** What an owner elsewhere must see of this request. */
+  req: RequestContext;
 }
 type Handler = (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams, ctx: Ctx) => Promise<void> | void;
 
@@ -62,7 +92,8 @@ export interface NaradHttpServer {
 }
 
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
-  const { broker, nodeId, bootId } = opts;
+  const { service: svc, nodeId, bootId } = opts;
+  const cluster = opts.cluster;
   const log = opts.logger.child({ module: "http" });
   const router = FindMyWay({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: 400 });
   const routes = new Map<string, Set<string>>();
@@ -71,7 +102,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   let ready = false;
   let drained: (() => void) | undefined;
 
-  const authz = (perm: Perm, p: Params, principal: Principal): void => {
+  const authz = async (perm: Perm, p: Params, principal: Principal): Promise<void> => {
     const forbidden = (what: string) => new NaradError("forbidden", `User ${principal.name} may not ${what}; ask an admin for a grant.`);
     switch (perm) {
       case "none":
@@ -95,7 +126,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         let owner: string | null = null;
         let exists = true;
         try {
-          owner = broker.getTopic(topic).owner;
+          owner = (await svc.getTopic(topic)).owner;
         } catch (e) {
           if (!(e instanceof NaradError) || e.code !== "topic_not_found") throw e;
           exists = false;
@@ -112,10 +143,11 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     router.on(method, path, (req, res, params) => {
       const q = req.url!.indexOf("?");
       const query = new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : "");
-      if (opts.authenticator === undefined || perm === "none") return h(req, res, params as Params, query, { principal: null });
-      return opts.authenticator.authenticate(req.headers.authorization).then((principal) => {
-        authz(perm, params as Params, principal);
-        return h(req, res, params as Params, query, { principal });
+      const rc: RequestContext = { authorization: req.headers.authorization };
+      if (opts.authenticator === undefined || perm === "none") return h(req, res, params as Params, query, { principal: null, req: rc });
+      return opts.authenticator.authenticate(req.headers.authorization).then(async (principal) => {
+        await authz(perm, params as Params, principal);
+        return h(req, res, params as Params, query, { principal, req: rc });
       });
     });
     const m = routes.get(path) ?? new Set<string>();
@@ -126,11 +158,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   // ---- probes and metrics ---------------------------------------------------------------------
   on("GET", "/healthz", "none", (_req, res) => sendJson(res, 200, { status: "ok", node: nodeId, boot: bootId }));
   on("GET", "/readyz", "none", (_req, res) =>
-    ready && !stopping ? sendJson(res, 200, { status: "ready" }) : sendError(res, new NaradError("shutting_down", "The node is not serving its partitions yet (or is stopping).")),
+    ready && !stopping && (cluster === undefined || cluster.cp.isLeaseLive())
+      ? sendJson(res, 200, { status: "ready" })
+      : sendError(res, new NaradError("shutting_down", "The node is not serving its partitions now: it is starting, stopping, or its control-plane lease lapsed.")),
   );
   on("GET", "/metrics", "user", async (_req, res) => {
-    const text = await broker.metrics.registry.metrics();
-    res.writeHead(200, { "content-type": broker.metrics.registry.contentType });
+    const text = await svc.metrics.registry.metrics();
+    res.writeHead(200, { "content-type": svc.metrics.registry.contentType });
     res.end(text);
   });
 
@@ -145,7 +179,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
     }
     onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms"]);
-    const topic = await broker.createTopic(
+    const topic = await svc.createTopic(
       {
         name,
         partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
@@ -157,14 +191,14 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     sendJson(res, 201, topic);
   });
   on("GET", "/v1/topics", "user", (_req, res, _p, _q, ctx) =>
-    sendJson(res, 200, { topics: broker.listTopics().filter((t) => ctx.principal === null || canSee(ctx.principal, t.name, t.owner)) }),
+    sendJson(res, 200, { topics: svc.listTopics().filter((t) => ctx.principal === null || canSee(ctx.principal, t.name, t.owner)) }),
   );
-  on("GET", "/v1/topics/:topic", "see", (_req, res, p) => sendJson(res, 200, broker.getTopic(topicParam(p))));
+  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, await svc.getTopic(topicParam(p))));
   on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms"]);
-    const topic = await broker.updateTopic(name, {
+    const topic = await svc.updateTopic(name, {
       partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
       visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
       retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
@@ -172,7 +206,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     sendJson(res, 200, topic);
   });
   on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
-    await broker.deleteTopic(topicParam(p));
+    await svc.deleteTopic(topicParam(p));
     sendEmpty(res, 204);
   });
 
@@ -203,36 +237,41 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       }
     } else {
       if (body.url !== undefined || body.credentials !== undefined) throw new NaradError("invalid_argument", "url and credentials are only for remote children.");
-      if (ctx.principal !== null) authz("manage", { topic: child }, ctx.principal);
+      if (ctx.principal !== null) await authz("manage", { topic: child }, ctx.principal);
     }
-    const link = await broker.attachChild(parent, {
+    const link = await svc.attachChild(parent, {
       topic: child,
       kind,
       ...(kind === "delay" ? { delay_ms: body.delay_ms as number } : {}),
       ...(url !== undefined ? { url } : {}),
       ...(credentials !== undefined ? { credentials } : {}),
-    });
+    }, ctx.req);
     sendJson(res, 201, link);
   });
-  on("GET", "/v1/topics/:topic/children", "see", (_req, res, p) => sendJson(res, 200, { children: broker.listChildren(topicParam(p)) }));
-  on("DELETE", "/v1/topics/:topic/children/:child", "manage", async (_req, res, p) => {
-    await broker.detachChild(topicParam(p), p.child ?? "");
+  on("GET", "/v1/topics/:topic/children", "see", async (_req, res, p) => sendJson(res, 200, { children: await svc.listChildren(topicParam(p)) }));
+  on("DELETE", "/v1/topics/:topic/children/:child", "manage", async (_req, res, p, _q, ctx) => {
+    await svc.detachChild(topicParam(p), p.child ?? "", ctx.req);
     sendEmpty(res, 204);
   });
 
   // ---- produce --------------------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
-    broker.getTopic(topic); // 404 before reading a body for a topic that does not exist
+    await svc.getTopic(topic); // 404 before reading a body for a topic that does not exist
     const key = q.get("key");
     checkKey(key);
     const payload = await readBody(req, LIMITS.messageBytesMax);
-    const [r] = await broker.produce(topic, [{ key, payload }]);
+    const [r] = await svc.produce(topic, [{ key, payload }], ctx.req);
     sendJson(res, 202, r);
   });
-  on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p) => {
+  on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
-    broker.getTopic(topic);
+    await svc.getTopic(topic);
+    const items = await readBatch(req);
+    const results = await svc.produce(topic, items, ctx.req);
+    sendJson(res, 202, { results });
+  });
+  const readBatch = async (req: IncomingMessage): Promise<ProduceItem[]> => {
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
     let items: { key: string | null; payload: Buffer }[];
     if (type === BATCH_BINARY_TYPE) {
@@ -266,15 +305,14 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       }
       checkKey(it.key, `messages[${i}].key`);
     });
-    const results = await broker.produce(topic, items);
-    sendJson(res, 202, { results });
-  });
+    return items;
+  };
 
   // ---- consume ----------------------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
-    const [d] = await broker.consume(topic, 1, waitMs, abortOnClose(req, res));
+    const [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res), ctx.req);
     if (d === undefined) return sendEmpty(res, 204);
     const r = d.record;
     const headers: Record<string, string> = {
@@ -285,32 +323,33 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       [HEADERS.offset]: String(d.offset),
       [HEADERS.deliveryCount]: String(d.deliveryCount),
       [HEADERS.producedAt]: String(r.producedAtMs),
-      [HEADERS.owner]: nodeId,
-      [HEADERS.ownerBoot]: bootId,
+      [HEADERS.owner]: d.owner ?? nodeId,
+      [HEADERS.ownerBoot]: d.ownerBoot ?? bootId,
     };
     if (r.key !== null) headers[HEADERS.key] = encodeURIComponent(r.key.toString("utf8"));
     res.writeHead(200, headers);
     res.end(r.payload);
   });
-  on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
-    const ds = await broker.consume(topic, max, waitMs, abortOnClose(req, res));
-    sendJson(res, 200, { messages: ds.map((d) => toJsonMessage(d, nodeId, bootId)), owner: nodeId, owner_boot: bootId });
+    const ds = await svc.consume(topic, max, waitMs, abortOnClose(req, res), ctx.req);
+    sendJson(res, 200, { messages: ds.map((d) => toJsonMessage(d, d.owner ?? nodeId, d.ownerBoot ?? bootId)), owner: nodeId, owner_boot: bootId });
   });
 
   // ---- ack, extend, nack -----------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/ack", "consume", (_req, res, p, q) => {
+  on("POST", "/v1/topics/:topic/ack", "consume", async (_req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const handle = q.get("receipt_handle");
     if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
     const action = settleAction(q.get("extend"));
-    const [status] = broker.settle(topic, [handle], action);
-    if (status === 204) return sendEmpty(res, 204);
-    throw new NaradError(status === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
+    const [outcome] = await svc.settle(topic, [handle], action, ctx.req);
+    if (outcome instanceof NaradError) throw outcome;
+    if (outcome === 204) return sendEmpty(res, 204);
+    throw new NaradError(outcome === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
   });
-  on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p) => {
+  on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const handles = body.receipt_handles;
@@ -321,18 +360,25 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const ext = body.extend;
     const action: SettleAction =
       ext === undefined || ext === false || ext === null ? "ack" : ext === true || ext === "true" ? "extend" : ext === 0 || ext === "0" ? "nack" : badExtend();
-    const statuses = broker.settle(topic, handles as string[], action);
-    sendJson(res, 200, { results: statuses.map((status, i) => ({ receipt_handle: handles[i] as string, status })) });
+    const outcomes = await svc.settle(topic, handles as string[], action, ctx.req);
+    sendJson(res, 200, { results: outcomes.map((o, i) => ({ receipt_handle: handles[i] as string, status: outcomeStatus(o) })) });
   });
 
   // ---- replay -----------------------------------------------------------------------------------
-  on("GET", "/v1/topics/:topic/partitions/:partition/messages", "consume", async (_req, res, p, q) => {
+  on("GET", "/v1/topics/:topic/partitions/:partition/messages", "consume", async (_req, res, p, q, ctx) => {
     const topic = topicParam(p);
-    const ps = p.partition ?? "";
-    if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${JSON.stringify(ps)} is not a partition number.`);
+    const partition = partitionParam(p);
     const offset = queryInt(q, "offset", 0, 0, Number.MAX_SAFE_INTEGER);
     const limit = Math.min(queryInt(q, "limit", LIMITS.replayLimitDefault, 1, Number.MAX_SAFE_INTEGER), LIMITS.replayLimitMax);
-    const r = await broker.replay(topic, Number(ps), offset, limit);
+    const r = await svc.replay(topic, partition, offset, limit, ctx.req);
+    if ("json" in r) {
+      res.writeHead(200, { "content-type": "application/json", "content-length": r.json.length });
+      res.end(r.json);
+      return;
+    }
+    sendReplay(res, r);
+  });
+  const sendReplay = (res: ServerResponse, r: ReplayResult) =>
     sendJson(res, 200, {
       messages: r.records.map((x) => ({
         offset: x.offset,
@@ -344,7 +390,6 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       earliest_offset: r.earliestOffset,
       end_offset: r.endOffset,
     });
-  });
 
   // ---- users and grants --------------------------------------------------------------------------
   const users = opts.users;
@@ -387,7 +432,154 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     sendEmpty(res, 204);
   });
 
-  const server = createServer({ keepAliveTimeout: opts.keepAliveTimeoutMs, headersTimeout: opts.headersTimeoutMs, requestTimeout: opts.requestTimeoutMs }, (req, res) => {
+  // ---- cluster: nodes and moves --------------------------------------------------------------------
+  on("GET", "/v1/nodes", "user", (_req, res, _p, _q, ctx) => {
+    const visible = (topic: string) => ctx.principal === null || canSee(ctx.principal, topic, svc.listTopics().find((t) => t.name === topic)?.owner ?? null);
+    if (cluster === undefined) {
+      const partitions = svc.listTopics().filter((t) => visible(t.name)).flatMap((t) => Array.from({ length: t.partitions }, (_, i) => ({ topic: t.name, partition: i, epoch: 0 })));
+      return sendJson(res, 200, { nodes: [{ id: nodeId, node_number: 0, advertise_url: null, boot: bootId, state: "live", partitions }] });
+    }
+    sendJson(res, 200, {
+      nodes: cluster.cp.nodes().map((n) => ({
+        id: n.id,
+        node_number: n.nodeNumber,
+        advertise_url: n.advertiseUrl,
+        boot: n.bootId,
+        state: n.state,
+        partitions: cluster.cp
+          .ownedBy(n.id)
+          .filter((x) => visible(x.topic))
+          .map((x) => (x.state === "moving" ? { topic: x.topic, partition: x.partition, epoch: x.epoch, moving_to: x.moveTo } : { topic: x.topic, partition: x.partition, epoch: x.epoch })),
+      })),
+    });
+  });
+  on("POST", "/v1/topics/:topic/partitions/:partition/move", "admin", async (req, res, p) => {
+    const topic = topicParam(p);
+    const partition = partitionParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["to"]);
+    if (typeof body.to !== "string" || body.to === "") throw new NaradError("invalid_argument", "Send {\"to\": NODE}, the id of the node to move the partition to.");
+    if (cluster === undefined) throw new NaradError("invalid_argument", "Moving partitions needs a cluster (--control-plane); a single node owns every partition.");
+    sendJson(res, 200, await cluster.mover.move(topic, partition, body.to));
+  });
+
+  // ---- cluster: internal routes (src/cluster/wire.ts) ------------------------------------------------
+  if (cluster !== undefined) {
+    const cs = cluster.service;
+    const mover = cluster.mover;
+    /**
+     * An internal route: only with the cluster token. A data route also checks the forwarded
+     * client's credentials, as the node it reached did; without any (a node's own copy into a
+     * child topic, or security off) the token alone stands.
+     */
+    const internal = (method: "GET" | "POST", path: string, perm: Perm, h: Handler) => {
+      router.on(method, INTERNAL_PREFIX + path, (req, res, params) => {
+        if (!tokenMatches(cluster.token, req.headers[INTERNAL_HEADERS.token])) throw new NaradError("forbidden", "Internal routes are for the nodes of this cluster.");
+        const q = req.url!.indexOf("?");
+        const query = new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : "");
+        const rc: RequestContext = { authorization: req.headers.authorization };
+        if (opts.authenticator === undefined || perm === "none" || req.headers.authorization === undefined) return h(req, res, params as Params, query, { principal: null, req: rc });
+        return opts.authenticator.authenticate(req.headers.authorization).then(async (principal) => {
+          await authz(perm, params as Params, principal);
+          return h(req, res, params as Params, query, { principal, req: rc });
+        });
+      });
+    };
+    internal("POST", "/topics/:topic/partitions/:partition/messages", "produce", async (req, res, p, q) => {
+      const key = q.get("key");
+      checkKey(key);
+      const payload = await readBody(req, LIMITS.messageBytesMax);
+      const [r] = await cs.produceLocal(topicParam(p), partitionParam(p), [{ key, payload }]);
+      sendJson(res, 202, r);
+    });
+    internal("POST", "/topics/:topic/partitions/:partition/messages/batch", "produce", async (req, res, p) => {
+      const results = await cs.produceLocal(topicParam(p), partitionParam(p), await readBatch(req));
+      sendJson(res, 202, { results });
+    });
+    // Long polls forwarded here, by the id the forwarding node gave them, so it can cancel one
+    // without closing the connection: a poll that leased messages as it was cancelled still
+    // answers them, and the forwarding node releases them (src/cluster/service.ts).
+    const polls = new Map<string, AbortController>();
+    internal("POST", "/topics/:topic/consume", "consume", async (req, res, p, q) => {
+      const max = queryInt(q, "max_messages", 1, 1, LIMITS.consumeBatchMax);
+      const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
+      const pollId = q.get("poll");
+      let signal = abortOnClose(req, res);
+      if (pollId !== null && waitMs > 0 && polls.size < LIMITS_POLLS_MAX && !polls.has(pollId)) {
+        const ac = new AbortController();
+        signal.addEventListener("abort", () => ac.abort(), { once: true });
+        polls.set(pollId, ac);
+        res.once("close", () => polls.delete(pollId));
+        signal = ac.signal;
+      }
+      const ds = await cs.consumeLocal(topicParam(p), max, waitMs, signal);
+      const body = encodeDeliveries(
+        ds.map((d) => ({ partition: d.partition, offset: d.offset, deliveryCount: d.deliveryCount, producedAtMs: d.record.producedAtMs, receiptHandle: d.receiptHandle, key: d.record.key, payload: d.record.payload })),
+      );
+      res.writeHead(200, { "content-type": DELIVERIES_TYPE, "content-length": body.length, [HEADERS.owner]: nodeId, [HEADERS.ownerBoot]: bootId });
+      res.end(body);
+    });
+    internal("POST", "/polls/:poll/cancel", "none", (_req, res, p) => {
+      polls.get(p.poll ?? "")?.abort();
+      sendEmpty(res, 204);
+    });
+    internal("POST", "/topics/:topic/settle", "consume", async (req, res, p) => {
+      const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+      const handles = body.receipt_handles;
+      const action = body.action;
+      if (!Array.isArray(handles) || handles.some((h) => typeof h !== "string") || handles.length > LIMITS.ackBatchMax) throw new NaradError("invalid_argument", "receipt_handles must be an array of strings.");
+      if (action !== "ack" && action !== "extend" && action !== "nack" && action !== "release") throw new NaradError("invalid_argument", "action must be ack, extend, nack or release.");
+      const outcomes = await cs.settleLocal(topicParam(p), handles as string[], action as LocalSettleAction);
+      sendJson(res, 200, { statuses: outcomes.map(outcomeStatus) });
+    });
+    internal("GET", "/topics/:topic/partitions/:partition/messages", "consume", async (_req, res, p, q) => {
+      const offset = queryInt(q, "offset", 0, 0, Number.MAX_SAFE_INTEGER);
+      const limit = Math.min(queryInt(q, "limit", LIMITS.replayLimitDefault, 1, Number.MAX_SAFE_INTEGER), LIMITS.replayLimitMax);
+      sendReplay(res, await cs.replayLocal(topicParam(p), partitionParam(p), offset, limit));
+    });
+    internal("POST", "/topics/:topic/cursors", "manage", async (req, res, p) => {
+      const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+      const parts = body.partitions;
+      if (typeof body.child !== "string" || typeof body.set !== "boolean" || !Array.isArray(parts) || parts.some((x) => !Number.isSafeInteger(x))) {
+        throw new NaradError("invalid_argument", "The body must be {\"child\", \"partitions\": [...], \"set\": true | false}.");
+      }
+      await cs.setCursorsLocal(topicParam(p), body.child, parts as number[], body.set);
+      sendEmpty(res, 204);
+    });
+    internal("POST", "/sync", "none", async (req, res) => {
+      const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+      const targets = body.targets;
+      if (!Array.isArray(targets) || targets.some((t) => typeof t !== "string")) throw new NaradError("invalid_argument", "targets must be an array of strings.");
+      await cs.sync(targets as string[]);
+      sendEmpty(res, 204);
+    });
+    internal("POST", "/moves", "none", async (req, res) => {
+      const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+      if (typeof body.topic !== "string" || !Number.isSafeInteger(body.partition)) throw new NaradError("invalid_argument", "The body must be {\"topic\", \"partition\"}.");
+      sendJson(res, 200, await mover.drive(body.topic, body.partition as number));
+    });
+    internal("POST", "/partitions/:topic/:partition/freeze", "none", async (_req, res, p, q) => {
+      await cs.freeze(topicParam(p), partitionParam(p), queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER), q.get("to") ?? "");
+      sendEmpty(res, 204);
+    });
+    internal("GET", "/partitions/:topic/:partition/files", "none", async (_req, res, p, q) => {
+      const files = await mover.localManifest(topicParam(p), partitionParam(p), queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER), q.get("final") === "1");
+      sendJson(res, 200, { files });
+    });
+    internal("GET", "/partitions/:topic/:partition/files/:name", "none", async (_req, res, p, q) => {
+      const path = await mover.localFile(topicParam(p), partitionParam(p), queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER), p.name ?? "", q.get("final") === "1");
+      const from = queryInt(q, "from", 0, 0, Number.MAX_SAFE_INTEGER);
+      const stream = createReadStream(path, { start: from });
+      await new Promise<void>((resolve, reject) => {
+        stream.once("open", () => resolve());
+        stream.once("error", (e: NodeJS.ErrnoException) => reject(e.code === "ENOENT" ? new NaradError("not_found", `No file ${p.name} in the partition.`) : e));
+      });
+      res.writeHead(200, { "content-type": "application/octet-stream" });
+      await pipeline(stream, res);
+    });
+  }
+
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     res.setHeader("Narad-Node", nodeId);
     res.setHeader("Narad-Boot", bootId);
     if (stopping) {
@@ -412,7 +604,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     } catch (e) {
       finishWithError(req, res, e);
     }
-  });
+  };
+  const server = opts.server ?? createServer();
+  server.keepAliveTimeout = opts.keepAliveTimeoutMs;
+  server.headersTimeout = opts.headersTimeoutMs;
+  server.requestTimeout = opts.requestTimeoutMs;
+  server.removeAllListeners("request");
+  server.on("request", onRequest);
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
     if (socket.writable && err.code !== "ECONNRESET") {
       const body = JSON.stringify({ error: { code: "bad_request", message: `Malformed HTTP request: ${err.code ?? err.message}.` } });
@@ -427,7 +625,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       log.error({ err: e instanceof Error ? e.stack : String(e), method: req.method, url: req.url }, "request failed");
       err = new NaradError("internal");
     }
-    broker.metrics.refusals.inc({ status: String(err.status), code: err.code });
+    svc.metrics.refusals.inc({ status: String(err.status), code: err.code });
     if (res.headersSent) {
       res.destroy();
       return;
@@ -447,7 +645,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     },
     drain(graceMs: number) {
       stopping = true;
-      broker.releaseWaiters();
+      svc.releaseWaiters();
       server.close();
       server.closeIdleConnections();
       if (inFlight === 0) return Promise.resolve();
@@ -501,6 +699,16 @@ function abortOnClose(req: IncomingMessage, res: ServerResponse): AbortSignal {
   });
   void req;
   return ac.signal;
+}
+
+function partitionParam(p: Params): number {
+  const ps = p.partition ?? "";
+  if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${JSON.stringify(ps)} is not a partition number.`);
+  return Number(ps);
+}
+
+function outcomeStatus(o: SettleOutcome): number {
+  return o instanceof NaradError ? o.status : o;
 }
 
 function topicParam(p: Params): string {

@@ -94,6 +94,38 @@ export const ERRORS = {
     message: "The write could not be made durable; the message may or may not be stored.",
   },
   timeout: { status: 504, definite: false, message: "The request took too long; it may or may not have happened." },
+  // ---- cluster mode (docs/operations.md, "Cluster") ----
+  move_conflict: {
+    status: 409,
+    definite: true,
+    message: "The partition is being moved already, or another change won; read its placement and retry.",
+  },
+  not_owner: {
+    status: 503,
+    definite: true,
+    message: "No node serves this partition now (its owner's lease lapsed, or it is frozen for a move); retry shortly.",
+  },
+  owner_unreachable: {
+    status: 503,
+    definite: true,
+    message: "The node that owns the partition could not be reached, and nothing was sent to it; retry shortly.",
+  },
+  node_down: { status: 503, definite: true, message: "A node the operation needs is down; start it again, then retry." },
+  control_plane_unavailable: {
+    status: 503,
+    definite: true,
+    message: "The cluster's control plane (PostgreSQL) is unreachable: topics, users, grants and moves cannot change now; retry shortly.",
+  },
+  ownership_lost: {
+    status: 503,
+    definite: false,
+    message: "The owner lost its lease on the partition while the write was in flight; the message may or may not be stored.",
+  },
+  forward_failed: {
+    status: 502,
+    definite: false,
+    message: "The request was sent to the partition's owner but no answer came back; it may or may not have happened.",
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

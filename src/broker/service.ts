@@ -1,0 +1,108 @@
+// What the HTTP layer asks of a node, whatever the deployment. On a single node it is the local
+// broker itself (LocalService, below); in a cluster it is src/cluster/service.ts, which routes
+// each request to the partitions' owners and serves its own partitions through the same broker.
+//
+// Settling answers one outcome per handle: a status (204, 400, 410) or, in a cluster, the error
+// that kept the handle from being settled (its owner unreachable, no answer from it), which a
+// single ack answers as that error and a batch ack as that error's status.
+
+import type { ChildJson, TopicJson } from "../protocol/wire.js";
+import { NaradError } from "../protocol/errors.js";
+import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "./broker.js";
+import type { ChildLink } from "./children.js";
+import type { BrokerMetrics } from "./metrics.js";
+
+/** What a request carries that an owner elsewhere needs to see: the client's credentials. */
+export interface RequestContext {
+  authorization: string | undefined;
+}
+
+export type SettleOutcome = 204 | 400 | 410 | NaradError;
+
+export interface TopicSettings {
+  name: string;
+  partitions?: number;
+  visibility_timeout_ms?: number;
+  retention_ms?: number;
+}
+
+export interface Service {
+  readonly metrics: BrokerMetrics;
+  listTopics(): TopicJson[];
+  /** NaradError topic_not_found. */
+  getTopic(name: string): Promise<TopicJson>;
+  createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson>;
+  updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson>;
+  deleteTopic(name: string): Promise<void>;
+  listChildren(parent: string): Promise<ChildJson[]>;
+  attachChild(parent: string, link: ChildLink, ctx: RequestContext): Promise<ChildJson>;
+  detachChild(parent: string, child: string, ctx: RequestContext): Promise<void>;
+  produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]>;
+  consume(topic: string, max: number, waitMs: number, signal: AbortSignal, ctx: RequestContext): Promise<Delivery[]>;
+  settle(topic: string, handles: string[], action: SettleAction, ctx: RequestContext): Promise<SettleOutcome[]>;
+  /** A replay page, or (from another owner) its JSON answer as is. */
+  replay(topic: string, partition: number, offset: number, limit: number, ctx: RequestContext): Promise<ReplayResult | { json: Buffer }>;
+  /** Answers waiting long polls now (a graceful stop). */
+  releaseWaiters(): void;
+}
+
+/** The single node: every partition is here. */
+export class LocalService implements Service {
+  constructor(private readonly broker: Broker) {}
+
+  get metrics(): BrokerMetrics {
+    return this.broker.metrics;
+  }
+
+  listTopics(): TopicJson[] {
+    return this.broker.listTopics();
+  }
+
+  async getTopic(name: string): Promise<TopicJson> {
+    return this.broker.getTopic(name);
+  }
+
+  createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {
+    return this.broker.createTopic(req, owner);
+  }
+
+  updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson> {
+    return this.broker.updateTopic(name, req);
+  }
+
+  deleteTopic(name: string): Promise<void> {
+    return this.broker.deleteTopic(name);
+  }
+
+  async listChildren(parent: string): Promise<ChildJson[]> {
+    return this.broker.listChildren(parent);
+  }
+
+  attachChild(parent: string, link: ChildLink): Promise<ChildJson> {
+    return this.broker.attachChild(parent, link);
+  }
+
+  detachChild(parent: string, child: string): Promise<void> {
+    return this.broker.detachChild(parent, child);
+  }
+
+  produce(topic: string, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+    return this.broker.produce(topic, items);
+  }
+
+  consume(topic: string, max: number, waitMs: number, signal: AbortSignal): Promise<Delivery[]> {
+    return this.broker.consume(topic, max, waitMs, signal);
+  }
+
+  async settle(topic: string, handles: string[], action: SettleAction): Promise<SettleOutcome[]> {
+    return this.broker.settle(topic, handles, action).map((s) => (s === 503 ? new NaradError("not_owner") : s));
+  }
+
+  replay(topic: string, partition: number, offset: number, limit: number): Promise<ReplayResult> {
+    return this.broker.replay(topic, partition, offset, limit);
+  }
+
+  releaseWaiters(): void {
+    this.broker.releaseWaiters();
+  }
+}

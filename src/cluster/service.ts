@@ -1,0 +1,718 @@
+// A cluster node's answer to every client request: any node accepts any request and routes it
+// to the owners of the partitions it concerns (docs/operations.md, "Cluster"; the invariants are
+// in docs/architecture.md).
+//
+// - Produce: the partition is chosen here (the key's hash; unkeyed messages of one request all go
+//   to the next partition in turn), then appended locally or forwarded to its owner's internal
+//   route, which appends to exactly that partition and answers 202 only after its fsync and only
+//   while it still owns the partition. When the owner is known down, suspect, or refuses without
+//   having written anything (definite: not_owner, owner_unreachable, shutting_down), the messages
+//   go to another partition whose owner is usable, local ones first: a documented cause of
+//   reordering, and for a keyed message of a different partition than its key's. No usable
+//   partition: 503 unavailable. A failure after the request may have reached the owner is
+//   ambiguous (502 forward_failed); so is a batch whose groups went to several owners and did not
+//   all succeed.
+// - Consume: local partitions first, then each other owner in turn with wait 0; if nothing came
+//   and the client waits, a local waiter and one long poll per other owner run at once; the first
+//   to lease something wins, the others are aborted, and leases that still come back are released
+//   on their owner (their delivery counts restored). Every message names the owner that holds its
+//   lease.
+// - Ack, extend, nack: each receipt handle is authenticated here (all nodes share the cluster
+//   secret) and sent to its partition's current owner; a batch is split per owner and its
+//   statuses merged in request order. After a move the new owner answers 410 to the old owner's
+//   handles.
+// - Replay: forwarded to the owner.
+// - Topics, children, users: written to the control plane; then every live node is asked to
+//   re-read what changed before the answer goes out (a barrier bounded by syncTimeoutMs), so a
+//   client that created a topic through one node finds it on the next.
+//
+// Limits: at most PEER_LIMITS.longPollsMax long polls per peer (src/cluster/peers.ts); a
+// forwarded request waits at most `cluster.forward_timeout_ms` for its answer (plus a long
+// poll's wait).
+
+import { randomBytes } from "node:crypto";
+import { NaradError, isErrorCode } from "../protocol/errors.js";
+import { encodeBinaryBatch, BATCH_BINARY_TYPE, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import type { Logger } from "pino";
+import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
+import type { ChildLink } from "../broker/children.js";
+import { HandleCodec } from "../broker/handles.js";
+import type { BrokerMetrics } from "../broker/metrics.js";
+import { groupByPartition } from "../broker/partitioner.js";
+import type { RequestContext, Service, SettleOutcome, TopicSettings } from "../broker/service.js";
+import type { Clock, StoredRecord } from "../storage/types.js";
+import type { ClusterTopic, ControlPlane, PartitionPlacement } from "./control-plane.js";
+import { ControlPlaneUnavailable, MoveRefused, NodeSuperseded } from "./errors.js";
+import type { Ownership } from "./ownership.js";
+import { PeerError, type PeerResponse, type Peers } from "./peers.js";
+import { DELIVERIES_TYPE, INTERNAL_PREFIX, decodeDeliveries } from "./wire.js";
+
+export interface ClusterServiceOptions {
+  cp: ControlPlane;
+  broker: Broker;
+  ownership: Ownership;
+  peers: Peers;
+  nodeId: string;
+  bootId: string;
+  bootSeq: number;
+  clock: Clock;
+  logger: Logger;
+  defaultPartitions: number;
+  defaultVisibilityTimeoutMs: number;
+  defaultRetentionMs: number;
+  /** How long a write waits for the other nodes to re-read it. */
+  syncTimeoutMs: number;
+}
+
+export type LocalSettleAction = SettleAction | "release";
+
+/** Codes an owner answers when it wrote nothing and another partition may take the messages. */
+const ROUTABLE = new Set(["not_owner", "owner_unreachable", "shutting_down"]);
+
+export class ClusterService implements Service {
+  private readonly log: Logger;
+  private readonly codec: HandleCodec;
+  private readonly produceRr = new Map<string, number>();
+  private readonly consumeRr = new Map<string, number>();
+  private readonly me: string;
+
+  constructor(private readonly o: ClusterServiceOptions) {
+    this.log = o.logger.child({ module: "cluster" });
+    this.codec = new HandleCodec(o.cp.clusterSecret, o.cp.nodeNumber, o.bootSeq);
+    this.me = o.nodeId;
+  }
+
+  get metrics(): BrokerMetrics {
+    return this.o.broker.metrics;
+  }
+
+  // ---- topics -----------------------------------------------------------------------------------
+
+  /** The topic from the view, re-read once when the view does not have it (created a moment ago). */
+  private async topic(name: string): Promise<ClusterTopic> {
+    let t = this.o.cp.topic(name);
+    if (t === undefined) {
+      await this.o.cp.refresh([`topic:${name}`]).catch(() => undefined);
+      t = this.o.cp.topic(name);
+    }
+    if (t === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(name)} does not exist; create it first.`);
+    return t;
+  }
+
+  private placement(name: string, partition: number): PartitionPlacement {
+    const p = this.o.cp.partitionPlacement(name, partition);
+    if (p === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(name)} does not exist (any more).`);
+    return p;
+  }
+
+  topicJson(t: ClusterTopic): TopicJson & { placement: { partition: number; node: string; epoch: number }[] } {
+    let parent: TopicJson["parent"] = null;
+    for (const x of this.o.cp.topics()) {
+      const c = (x.children as ChildLink[]).find((l) => l.topic === t.name && l.kind !== "remote");
+      if (c !== undefined) parent = { topic: x.name, kind: c.kind };
+    }
+    return {
+      name: t.name,
+      partitions: t.partitions,
+      visibility_timeout_ms: t.visibility_timeout_ms,
+      retention_ms: t.retention_ms,
+      owner: t.owner,
+      children: publicChildren(t.children as ChildLink[]),
+      parent,
+      created_at: t.created_at,
+      placement: (this.o.cp.placement(t.name) ?? []).map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch })),
+    };
+  }
+
+  listTopics(): TopicJson[] {
+    return this.o.cp.topics().map((t) => this.topicJson(t));
+  }
+
+  async getTopic(name: string): Promise<TopicJson> {
+    return this.topicJson(await this.topic(name));
+  }
+
+  async createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {
+    await cpCall(() =>
+      this.o.cp.createTopic({
+        name: req.name,
+        partitions: req.partitions ?? this.o.defaultPartitions,
+        visibility_timeout_ms: req.visibility_timeout_ms ?? this.o.defaultVisibilityTimeoutMs,
+        retention_ms: req.retention_ms ?? this.o.defaultRetentionMs,
+        owner,
+      }),
+    );
+    await this.barrier([`topic:${req.name}`]);
+    return this.getTopic(req.name);
+  }
+
+  async updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson> {
+    await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms }));
+    await this.barrier([`topic:${name}`]);
+    return this.getTopic(name);
+  }
+
+  async deleteTopic(name: string): Promise<void> {
+    await this.topic(name);
+    // A deleted child leaves its parent first, so no copier keeps pushing into a topic that is gone.
+    for (const x of this.o.cp.topics()) {
+      const links = x.children as ChildLink[];
+      if (links.some((l) => l.topic === name && l.kind !== "remote")) {
+        await cpCall(() => this.o.cp.updateTopic(x.name, { children: links.filter((l) => !(l.topic === name && l.kind !== "remote")) }));
+      }
+    }
+    await cpCall(() => this.o.cp.deleteTopic(name));
+    await this.barrier([`topic:${name}`]);
+  }
+
+  /**
+   * Read-your-writes across nodes: this node and every other live one re-read the targets (and
+   * finish opening or closing partitions) before the write is answered. A node that does not
+   * answer within syncTimeoutMs catches up by notification or resync.
+   */
+  async barrier(targets: string[]): Promise<void> {
+    await this.sync(targets).catch(() => undefined);
+    const body = JSON.stringify({ targets });
+    await Promise.all(
+      this.o.cp
+        .nodes()
+        .filter((n) => n.id !== this.me && n.state === "live")
+        .map((n) =>
+          withTimeout(
+            this.o.peers.request(n.id, { method: "POST", path: `${INTERNAL_PREFIX}/sync`, headers: { "content-type": "application/json" }, body }),
+            this.o.syncTimeoutMs,
+          ).catch(() => undefined),
+        ),
+    );
+  }
+
+  /** The other side of the barrier. */
+  async sync(targets: string[]): Promise<void> {
+    await this.o.cp.refresh(targets);
+    for (const t of targets) if (t.startsWith("topic:")) await this.o.ownership.settled(t.slice(6));
+  }
+
+  // ---- child topics ---------------------------------------------------------------------------
+
+  async listChildren(parent: string): Promise<ChildJson[]> {
+    return publicChildren((await this.topic(parent)).children as ChildLink[]);
+  }
+
+  /**
+   * Attaching: every owner of a parent partition sets the child's copy cursor at its end (made
+   * durable), and only then is the link written to the control plane, so no message produced
+   * before the attach is copied, and none after it is missed. Every owner must be reachable.
+   */
+  async attachChild(parentName: string, link: ChildLink, ctx: RequestContext): Promise<ChildJson> {
+    const parent = await this.topic(parentName);
+    const links = parent.children as ChildLink[];
+    const bad = (m: string) => new NaradError("invalid_child", m);
+    if (link.kind === "replica") throw bad("Replica children are not available yet; attach a fanout child (it may live on any nodes of the cluster).");
+    const parentOf = (name: string) => this.o.cp.topics().find((x) => (x.children as ChildLink[]).some((l) => l.topic === name && l.kind !== "remote"));
+    const pp = parentOf(parentName);
+    if (pp !== undefined) throw bad(`${parentName} is a child of ${pp.name}; a child cannot have children.`);
+    if (links.some((c) => c.topic === link.topic && (c.kind === "remote") === (link.kind === "remote"))) {
+      throw new NaradError("child_exists", `${link.topic} is attached to ${parentName} already.`);
+    }
+    if (link.kind !== "remote") {
+      if (link.topic === parentName) throw bad("A topic cannot be its own child.");
+      const child = await this.topic(link.topic);
+      const cp = parentOf(link.topic);
+      if (cp !== undefined) throw bad(`${link.topic} is a child of ${cp.name} already; a child has one parent.`);
+      if ((child.children as ChildLink[]).length > 0) throw bad(`${link.topic} has children of its own; a child cannot have children.`);
+    }
+    await this.setCursors(parent, link.topic, true, ctx);
+    await cpCall(() => this.o.cp.updateTopic(parentName, { children: [...links, link] }));
+    await this.barrier([`topic:${parentName}`, `topic:${link.topic}`]);
+    return publicChildren([link])[0]!;
+  }
+
+  async detachChild(parentName: string, childName: string, ctx: RequestContext): Promise<void> {
+    const parent = await this.topic(parentName);
+    const links = parent.children as ChildLink[];
+    if (!links.some((c) => c.topic === childName)) throw new NaradError("child_not_found", `${childName} is not a child of ${parentName}.`);
+    await cpCall(() => this.o.cp.updateTopic(parentName, { children: links.filter((c) => c.topic !== childName) }));
+    await this.barrier([`topic:${parentName}`, `topic:${childName}`]);
+    await this.setCursors(parent, childName, false, ctx).catch((e: Error) => this.log.warn({ err: e.message }, "clearing a detached child's copy cursors failed; they are ignored"));
+  }
+
+  private async setCursors(parent: ClusterTopic, child: string, set: boolean, ctx: RequestContext): Promise<void> {
+    const byNode = new Map<string, number[]>();
+    for (const p of this.o.cp.placement(parent.name) ?? []) {
+      const list = byNode.get(p.node) ?? [];
+      list.push(p.partition);
+      byNode.set(p.node, list);
+    }
+    await Promise.all(
+      [...byNode].map(async ([node, partitions]) => {
+        if (node === this.me) return this.setCursorsLocal(parent.name, child, partitions, set);
+        if (set && !this.o.peers.live(node)) throw new NaradError("node_down", `Node ${node}, which owns partitions ${partitions.join(",")} of ${parent.name}, is down; attach the child once it is back.`);
+        const res = await this.forward(node, {
+          method: "POST",
+          path: `${INTERNAL_PREFIX}/topics/${encodeURIComponent(parent.name)}/cursors`,
+          headers: jsonHeaders(ctx),
+          body: JSON.stringify({ child, partitions, set }),
+        });
+        if (res.status !== 204) throw errorFromPeer(res);
+      }),
+    );
+  }
+
+  async setCursorsLocal(topic: string, child: string, partitions: number[], set: boolean): Promise<void> {
+    await this.ensureKnown(topic);
+    for (const p of partitions) {
+      await this.o.ownership.ensureOpen(topic, p);
+      await this.o.broker.setChildCursor(topic, p, child, set);
+    }
+  }
+
+  /** Copies of a parent's messages into a child topic: produced like any client's. */
+  copyToChild(child: string, records: StoredRecord[]): Promise<void> {
+    return this.produce(
+      child,
+      records.map((r) => ({ key: r.key === null ? null : r.key.toString("utf8"), payload: r.payload })),
+      { authorization: undefined },
+    ).then(() => undefined);
+  }
+
+  // ---- produce ----------------------------------------------------------------------------------
+
+  async produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]> {
+    const t = await this.topic(topic);
+    const n = t.partitions;
+    const keys = items.map((it) => it.key);
+    const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, topic, n) : 0;
+    const groups = groupByPartition(keys, n, unkeyed);
+    if (groups.size === 1) {
+      const [p] = groups.keys();
+      return this.produceGroup(t, p!, items, ctx);
+    }
+    const results = new Array<{ partition: number; offset: number }>(items.length);
+    const outcomes = await Promise.allSettled(
+      [...groups].map(async ([p, idxs]) => {
+        const r = await this.produceGroup(t, p, idxs.map((i) => items[i]!), ctx);
+        idxs.forEach((i, j) => (results[i] = r[j]!));
+      }),
+    );
+    const failed = outcomes.filter((x): x is PromiseRejectedResult => x.status === "rejected").map((x) => x.reason as unknown);
+    if (failed.length === 0) return results;
+    if (failed.length === outcomes.length && failed.every((e) => e instanceof NaradError && e.definite)) throw failed[0];
+    throw new NaradError(
+      "forward_failed",
+      `The batch went to several partitions' owners and not all of them stored their part (${errText(failed[0])}); part of it may be stored: retrying may store those messages twice.`,
+    );
+  }
+
+  /** Starting points differ per node (by its number), so nodes taking turns cover the partitions together. */
+  private nextPartition(counters: Map<string, number>, topic: string, n: number): number {
+    let c = counters.get(topic);
+    if (c === undefined) {
+      if (counters.size > 100_000) counters.clear(); // a bound; the next turn starts afresh
+      c = Math.max(0, this.o.cp.nodeNumber - 1);
+    }
+    counters.set(topic, (c + 1) % 0x3fffffff);
+    return c % n;
+  }
+
+  /** Appends one group to partition p, routing around an owner that cannot take it. */
+  private async produceGroup(t: ClusterTopic, p: number, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]> {
+    const tried = new Set<number>();
+    let part = p;
+    for (;;) {
+      const pl = this.placement(t.name, part);
+      let err: NaradError;
+      try {
+        if (pl.node === this.me) {
+          if (this.o.ownership.isFrozen(t.name, part)) throw new NaradError("not_owner", `${t.name}/${part} is frozen for a move.`);
+          await this.ensureKnown(t.name);
+          await this.o.ownership.ensureOpen(t.name, part);
+          return await this.o.broker.produceTo(t.name, part, items);
+        }
+        if (!this.o.peers.usable(pl.node)) throw new NaradError("owner_unreachable", `Node ${pl.node}, the owner of ${t.name}/${part}, is down or not answering.`);
+        return await this.remoteProduce(pl.node, t.name, part, items, ctx);
+      } catch (e) {
+        if (!(e instanceof NaradError) || !ROUTABLE.has(e.code)) throw e;
+        err = e;
+      }
+      tried.add(part);
+      const alt = this.alternative(t, tried);
+      if (alt === undefined) throw new NaradError("unavailable", `No partition of topic ${t.name} can take the message now (${err.message}); retry shortly.`);
+      part = alt;
+    }
+  }
+
+  /** Another partition whose owner is usable, one of this node's own first. */
+  private alternative(t: ClusterTopic, tried: Set<number>): number | undefined {
+    const local: number[] = [];
+    const remote: number[] = [];
+    for (const p of this.o.cp.placement(t.name) ?? []) {
+      if (tried.has(p.partition)) continue;
+      if (p.node === this.me) {
+        if (!this.o.ownership.isFrozen(t.name, p.partition) && this.o.cp.ownsPartition(t.name, p.partition, p.epoch)) local.push(p.partition);
+      } else if (this.o.peers.usable(p.node)) remote.push(p.partition);
+    }
+    const pool = local.length > 0 ? local : remote;
+    if (pool.length === 0) return undefined;
+    return pool[this.nextPartition(this.produceRr, `${t.name}\0alt`, pool.length)];
+  }
+
+  private async remoteProduce(node: string, topic: string, p: number, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]> {
+    const base = `${INTERNAL_PREFIX}/topics/${encodeURIComponent(topic)}/partitions/${p}/messages`;
+    const headers: Record<string, string> = {};
+    if (ctx.authorization !== undefined) headers.authorization = ctx.authorization;
+    let res: PeerResponse;
+    if (items.length === 1) {
+      const it = items[0]!;
+      headers["content-type"] = "application/octet-stream";
+      res = await this.forward(node, { method: "POST", path: it.key === null ? base : `${base}?key=${encodeURIComponent(it.key)}`, headers, body: it.payload });
+      if (res.status !== 202) throw errorFromPeer(res);
+      return [JSON.parse(res.body.toString("utf8")) as { partition: number; offset: number }];
+    }
+    headers["content-type"] = BATCH_BINARY_TYPE;
+    res = await this.forward(node, { method: "POST", path: `${base}/batch`, headers, body: encodeBinaryBatch(items) });
+    if (res.status !== 202) throw errorFromPeer(res);
+    return (JSON.parse(res.body.toString("utf8")) as { results: { partition: number; offset: number }[] }).results;
+  }
+
+  /** Internal route: append to exactly this partition, which this node must own. */
+  async produceLocal(topic: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+    await this.ensureKnown(topic);
+    if (this.o.ownership.isFrozen(topic, partition)) throw new NaradError("not_owner", `${topic}/${partition} is frozen for a move.`);
+    await this.o.ownership.ensureOpen(topic, partition);
+    return this.o.broker.produceTo(topic, partition, items);
+  }
+
+  // ---- consume ----------------------------------------------------------------------------------
+
+  async consume(topic: string, max: number, waitMs: number, signal: AbortSignal, ctx: RequestContext): Promise<Delivery[]> {
+    await this.topic(topic);
+    const owners = this.otherOwners(topic);
+    const local = this.localOwned(topic);
+    let out: Delivery[] = [];
+    if (local) out = await this.consumeLocal(topic, max, 0, signal);
+    for (const node of owners) {
+      if (out.length >= max || signal.aborted) break;
+      if (!this.o.peers.usable(node)) continue;
+      try {
+        out = out.concat(await this.remoteConsume(node, topic, max - out.length, 0, ctx, signal));
+      } catch (e) {
+        if (e instanceof NaradError && e.definite && e.status < 500) throw e; // 401, 403, 404: the owner's answer stands
+        this.log.debug({ peer: node, err: errText(e) }, "consume from an owner failed; skipping it");
+      }
+    }
+    if (out.length > 0 || waitMs <= 0 || signal.aborted) return out;
+    return this.longPoll(topic, max, waitMs, signal, ctx, local, owners);
+  }
+
+  /** Every node but this one that owns a partition of the topic, in a turn that moves per call. */
+  private otherOwners(topic: string): string[] {
+    const nodes = [...new Set((this.o.cp.placement(topic) ?? []).map((p) => p.node).filter((n) => n !== this.me))];
+    if (nodes.length < 2) return nodes;
+    const start = this.nextPartition(this.consumeRr, topic, nodes.length);
+    return nodes.slice(start).concat(nodes.slice(0, start));
+  }
+
+  private localOwned(topic: string): boolean {
+    return (this.o.cp.placement(topic) ?? []).some((p) => p.node === this.me);
+  }
+
+  /**
+   * Waits on every owner at once. The remote polls are not aborted when another answers first:
+   * each is cancelled by its id (the owner ends it at once), and whatever it leased meanwhile
+   * comes back in its answer and is released, so no lease is left held by nobody.
+   */
+  private longPoll(topic: string, max: number, waitMs: number, signal: AbortSignal, ctx: RequestContext, local: boolean, owners: string[]): Promise<Delivery[]> {
+    const ac = new AbortController();
+    const polls: { node: string; id: string }[] = [];
+    const cancel = () => {
+      ac.abort();
+      for (const p of polls) void this.o.peers.request(p.node, { method: "POST", path: `${INTERNAL_PREFIX}/polls/${p.id}/cancel` }).catch(() => undefined);
+    };
+    signal.addEventListener("abort", cancel, { once: true });
+    const tasks: Promise<{ node: string; d: Delivery[] }>[] = [];
+    if (local) tasks.push(this.consumeLocal(topic, max, waitMs, ac.signal).then((d) => ({ node: this.me, d }), () => ({ node: this.me, d: [] })));
+    for (const node of owners) {
+      if (!this.o.peers.usable(node)) continue;
+      const id = randomBytes(9).toString("base64url");
+      polls.push({ node, id });
+      tasks.push(this.remoteConsume(node, topic, max, waitMs, ctx, undefined, id).then((d) => ({ node, d }), () => ({ node, d: [] })));
+    }
+    if (tasks.length === 0) {
+      signal.removeEventListener("abort", cancel);
+      return sleep(waitMs, signal).then(() => []);
+    }
+    return new Promise((resolve) => {
+      let pending = tasks.length;
+      let won = false;
+      for (const task of tasks) {
+        void task.then(({ node, d }) => {
+          pending--;
+          if (d.length > 0) {
+            if (!won && !signal.aborted) {
+              won = true;
+              resolve(d);
+              cancel();
+            } else {
+              // Came back leased after another owner answered (or the client left): let them go.
+              void this.release(node, topic, d, ctx);
+            }
+          }
+          if (pending === 0) {
+            signal.removeEventListener("abort", cancel);
+            if (!won) resolve([]);
+          }
+        });
+      }
+    });
+  }
+
+  private async release(node: string, topic: string, d: Delivery[], ctx: RequestContext): Promise<void> {
+    const handles = d.map((x) => x.receiptHandle);
+    try {
+      if (node === this.me) this.o.broker.releaseLeases(topic, handles);
+      else await this.remoteSettle(node, topic, handles, "release", ctx);
+    } catch (e) {
+      this.log.warn({ peer: node, err: errText(e), leases: handles.length }, "releasing unneeded leases failed; they lapse after the visibility timeout");
+    }
+  }
+
+  private async remoteConsume(node: string, topic: string, max: number, waitMs: number, ctx: RequestContext, signal: AbortSignal | undefined, pollId?: string): Promise<Delivery[]> {
+    const headers: Record<string, string> = { accept: DELIVERIES_TYPE };
+    if (ctx.authorization !== undefined) headers.authorization = ctx.authorization;
+    const res = await this.forward(node, {
+      method: "POST",
+      path: `${INTERNAL_PREFIX}/topics/${encodeURIComponent(topic)}/consume?max_messages=${max}&wait_ms=${waitMs}${pollId === undefined ? "" : `&poll=${pollId}`}`,
+      headers,
+      signal,
+      waitMs,
+    });
+    if (res.status !== 200) throw errorFromPeer(res);
+    const ds = decodeDeliveries(res.body);
+    if (typeof ds === "string") throw new NaradError("forward_failed", `Node ${node} answered a malformed batch of messages: ${ds}.`);
+    const owner = header(res.headers, "narad-owner") ?? node;
+    const ownerBoot = header(res.headers, "narad-owner-boot") ?? "";
+    return ds.map((x) => ({
+      partition: x.partition,
+      offset: x.offset,
+      deliveryCount: x.deliveryCount,
+      receiptHandle: x.receiptHandle,
+      record: { offset: x.offset, producedAtMs: x.producedAtMs, key: x.key, payload: x.payload },
+      owner,
+      ownerBoot,
+    }));
+  }
+
+  /** Internal route and this node's own share: leases from the partitions open here. */
+  async consumeLocal(topic: string, max: number, waitMs: number, signal: AbortSignal): Promise<Delivery[]> {
+    await this.ensureKnown(topic);
+    for (const p of this.o.cp.placement(topic) ?? []) {
+      if (p.node === this.me && this.o.broker.openEpoch(topic, p.partition) === undefined && !this.o.ownership.isFrozen(topic, p.partition)) {
+        await this.o.ownership.ensureOpen(topic, p.partition);
+      }
+    }
+    return this.o.broker.consume(topic, max, waitMs, signal);
+  }
+
+  /** The broker learns of a topic by its reconcile; a request may come first. */
+  private async ensureKnown(topic: string): Promise<void> {
+    let ct = this.o.cp.topic(topic);
+    if (ct === undefined) {
+      await this.o.cp.refresh([`topic:${topic}`]).catch(() => undefined);
+      ct = this.o.cp.topic(topic);
+    }
+    if (ct === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist; create it first.`);
+    if (this.o.broker.knownIncarnation(topic) !== ct.incarnation) await this.o.ownership.schedule(topic);
+  }
+
+  // ---- ack, extend, nack ------------------------------------------------------------------------
+
+  async settle(topic: string, handles: string[], action: SettleAction, ctx: RequestContext): Promise<SettleOutcome[]> {
+    const t = await this.topic(topic);
+    const fields = this.codec.verify(t.incarnation, handles);
+    const out = new Array<SettleOutcome>(handles.length);
+    const byNode = new Map<string, number[]>();
+    fields.forEach((f, i) => {
+      if (f === null || f.partition >= t.partitions) {
+        out[i] = 400;
+        return;
+      }
+      const node = this.placement(topic, f.partition).node;
+      const list = byNode.get(node) ?? [];
+      list.push(i);
+      byNode.set(node, list);
+    });
+    await Promise.all(
+      [...byNode].map(async ([node, idxs]) => {
+        const hs = idxs.map((i) => handles[i]!);
+        let r: SettleOutcome[];
+        try {
+          if (node === this.me) r = await this.settleLocal(topic, hs, action);
+          else if (!this.o.peers.usable(node)) r = hs.map(() => new NaradError("owner_unreachable", `Node ${node}, the owner of this handle's partition, is down or not answering; nothing was settled.`));
+          else r = await this.remoteSettle(node, topic, hs, action, ctx);
+        } catch (e) {
+          const err = e instanceof NaradError ? e : new NaradError("forward_failed");
+          r = hs.map(() => err);
+        }
+        idxs.forEach((i, j) => (out[i] = r[j]!));
+      }),
+    );
+    return out;
+  }
+
+  private async remoteSettle(node: string, topic: string, handles: string[], action: LocalSettleAction, ctx: RequestContext): Promise<SettleOutcome[]> {
+    const res = await this.forward(node, {
+      method: "POST",
+      path: `${INTERNAL_PREFIX}/topics/${encodeURIComponent(topic)}/settle`,
+      headers: jsonHeaders(ctx),
+      body: JSON.stringify({ receipt_handles: handles, action }),
+    });
+    if (res.status !== 200) throw errorFromPeer(res);
+    const statuses = (JSON.parse(res.body.toString("utf8")) as { statuses: number[] }).statuses;
+    return statuses.map((s) => (s === 204 || s === 400 || s === 410 ? s : new NaradError("not_owner")));
+  }
+
+  /** Internal route: settles (or releases) handles of partitions open here. */
+  async settleLocal(topic: string, handles: string[], action: LocalSettleAction): Promise<SettleOutcome[]> {
+    await this.ensureKnown(topic);
+    if (action === "release") {
+      this.o.broker.releaseLeases(topic, handles);
+      return handles.map(() => 204);
+    }
+    return this.o.broker.settle(topic, handles, action).map((s) => (s === 503 ? new NaradError("not_owner") : s));
+  }
+
+  // ---- replay -----------------------------------------------------------------------------------
+
+  async replay(topic: string, partition: number, offset: number, limit: number, ctx: RequestContext): Promise<ReplayResult | { json: Buffer }> {
+    const t = await this.topic(topic);
+    if (partition >= t.partitions) throw new NaradError("partition_not_found", `Topic ${topic} has partitions 0..${t.partitions - 1}.`);
+    const node = this.placement(topic, partition).node;
+    if (node === this.me) return this.replayLocal(topic, partition, offset, limit);
+    const headers: Record<string, string> = {};
+    if (ctx.authorization !== undefined) headers.authorization = ctx.authorization;
+    const res = await this.forward(node, {
+      method: "GET",
+      path: `${INTERNAL_PREFIX}/topics/${encodeURIComponent(topic)}/partitions/${partition}/messages?offset=${offset}&limit=${limit}`,
+      headers,
+    });
+    if (res.status !== 200) throw errorFromPeer(res);
+    return { json: res.body };
+  }
+
+  async replayLocal(topic: string, partition: number, offset: number, limit: number): Promise<ReplayResult> {
+    await this.ensureKnown(topic);
+    await this.o.ownership.ensureOpen(topic, partition);
+    return this.o.broker.replay(topic, partition, offset, limit);
+  }
+
+  releaseWaiters(): void {
+    this.o.broker.releaseWaiters();
+  }
+
+  /** Internal route, old owner of a move: see Ownership.freeze. */
+  async freeze(topic: string, partition: number, epoch: number, to: string): Promise<void> {
+    await cpCall(() => this.o.ownership.freeze(topic, partition, epoch, to));
+  }
+
+  // ---- plumbing ---------------------------------------------------------------------------------
+
+  /** A request to a peer; transport failures become owner_unreachable (definite) or forward_failed. */
+  async forward(node: string, r: Parameters<Peers["request"]>[1]): Promise<PeerResponse> {
+    try {
+      return await this.o.peers.request(node, r);
+    } catch (e) {
+      if (e instanceof PeerError) {
+        if (e.definite) throw new NaradError("owner_unreachable", `Node ${node} could not be reached; nothing was sent to it (${e.message}).`);
+        throw new NaradError("forward_failed", `Node ${node} got the request but no answer came back (${e.message}); it may or may not have happened.`);
+      }
+      throw e;
+    }
+  }
+}
+
+/** A peer's error answer as the same error here. */
+export function errorFromPeer(res: PeerResponse): NaradError {
+  let code: string | undefined;
+  let message: string | undefined;
+  try {
+    const j = JSON.parse(res.body.toString("utf8")) as { error?: { code?: string; message?: string } };
+    code = j.error?.code;
+    message = j.error?.message;
+  } catch {
+    // not our JSON
+  }
+  const ra = header(res.headers, "retry-after");
+  if (code !== undefined && isErrorCode(code)) return new NaradError(code, message, ra === undefined ? {} : { retryAfterS: Number(ra) });
+  return new NaradError(res.status < 500 ? "bad_request" : "forward_failed", `The owner answered ${res.status}${message ? `: ${message}` : ""}.`);
+}
+
+/** Control-plane failures as the HTTP errors of the table. */
+export async function cpCall<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    throw cpError(e);
+  }
+}
+
+export function cpError(e: unknown): unknown {
+  if (e instanceof ControlPlaneUnavailable) {
+    return e.mayHaveHappened
+      ? new NaradError("timeout", `The control plane (PostgreSQL) went away while the change was committed; it may or may not have been made: check, then retry.`)
+      : new NaradError("control_plane_unavailable");
+  }
+  if (e instanceof MoveRefused) {
+    if (e.reason === "node_down") return new NaradError("node_down", e.message);
+    if (e.status === 400) return new NaradError("invalid_argument", e.message);
+    return new NaradError("move_conflict", e.message);
+  }
+  if (e instanceof NodeSuperseded) return new NaradError("shutting_down", e.message);
+  return e;
+}
+
+function publicChildren(links: readonly ChildLink[]): ChildJson[] {
+  return links.map((c): ChildJson => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delay_ms }));
+}
+
+function jsonHeaders(ctx: RequestContext): Record<string, string> {
+  const h: Record<string, string> = { "content-type": "application/json" };
+  if (ctx.authorization !== undefined) h.authorization = ctx.authorization;
+  return h;
+}
+
+function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+function errText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => resolve(undefined), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
