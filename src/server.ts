@@ -181,7 +181,8 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     });
   } catch (e) {
     bare.close();
-    throw new StartupError(`--control-plane: ${(e as Error).message}`);
+    const cause = (e as { cause?: unknown }).cause;
+    throw new StartupError(`--control-plane: ${cause instanceof Error ? cause.message : (e as Error).message}`);
   }
   let broker: Broker | undefined;
   let ownership: Ownership | undefined;

@@ -1,5 +1,6 @@
-// Workloads against real broker processes: a short e2e and a short chaos run on one node must come
-// back valid, and `narad verify run` prints the verdict, the report paths and the seed.
+// Workloads against real broker processes: a short e2e, a short chaos and a short children run
+// (with a remote child on a second node) on one node must come back valid, and `narad verify run`
+// prints the verdict, the report paths and the seed. The cluster runs are in verify-cluster.test.ts.
 // Seeds are fixed (NARAD_TEST_SEED overrides them) and printed in every failure message, so a
 // failing run is reproduced with `narad verify run --workload W --seed N`.
 
@@ -45,7 +46,7 @@ function assertValid(r: RunResult): void {
   assert.equal(r.exitCode, 0, explain(r));
 }
 
-describe("verify workloads", { timeout: 180_000 }, () => {
+describe("verify workloads", { timeout: 240_000 }, () => {
   test("e2e on one node: every message produced, delivered once and acked; valid", async () => {
     const r = await runWorkload({ workload: "e2e", outDir: await outDir(), seed: SEED, durationS: 3, rate: 200 });
     assertValid(r);
@@ -86,13 +87,37 @@ describe("verify workloads", { timeout: 180_000 }, () => {
     assert.equal(report.verdict, "valid");
   });
 
-  test("narad verify run refuses an unknown workload and more than one node in one line", async () => {
+  test("children on one node, with a remote child on a second node (security on): valid on every path, faults on both nodes evidenced", async () => {
+    const r = await runWorkload({ workload: "children", outDir: await outDir(), seed: SEED, durationS: 3 });
+    assertValid(r);
+    // The config line names the children, the remote one by its topic on the other node.
+    const first = JSON.parse((await readFile(r.historyPath, "utf8")).split("\n", 1)[0]!) as { value: { children: Record<string, unknown>; topics: Record<string, unknown> } };
+    assert.deepEqual(first.value.children, {
+      t: [
+        { topic: "t.fan", kind: "fanout" },
+        { topic: "t.delay", kind: "delay", delay_ms: 5_000 },
+        { topic: "remote-t", kind: "remote" },
+      ],
+    });
+    assert.deepEqual(Object.keys(first.value.topics).sort(), ["remote-t", "t", "t.delay", "t.fan"]);
+    // Every message is owed on four paths, and was delivered on each.
+    const rep = r.report!;
+    assert.equal(rep.counts.pairs.total, 4 * rep.counts.messages, explain(r));
+    for (const node of ["n1", "r1"]) {
+      const stop = rep.faults.find((f) => (f.kind === "kill" || f.kind === "terminate") && f.node === node && f.outcome === "ok");
+      assert.ok(stop !== undefined, `seed ${SEED}: no stop of ${node}: ${JSON.stringify(rep.faults.map((f) => [f.kind, f.node]))}`);
+      assert.equal(stop.evidence, true, `seed ${SEED}: ${node}'s ${stop.kind} has no boot evidence`);
+    }
+    for (const a of ["lost", "misrouted", "early-delivery"] as const) assert.equal(rep.anomalyCounts[a] ?? 0, 0, explain(r));
+  });
+
+  test("narad verify run refuses an unknown workload and a bad node count in one line", async () => {
     const out = await outDir();
     const a = await runNarad(["verify", "run", "--workload", "nope", "--out", out]);
     assert.equal(a.code, 2);
-    assert.match(a.stderr, /^narad: unknown workload "nope"; one of e2e, chaos, steady, power-loss, pause, partition\n$/);
-    const b = await runNarad(["verify", "run", "--workload", "e2e", "--nodes", "3", "--out", out]);
+    assert.match(a.stderr, /^narad: unknown workload "nope"; one of e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children\n$/);
+    const b = await runNarad(["verify", "run", "--workload", "e2e", "--nodes", "0", "--out", out]);
     assert.equal(b.code, 2);
-    assert.match(b.stderr, /--nodes above 1 needs the cluster mode/);
+    assert.match(b.stderr, /--nodes must be a positive integer/);
   });
 });

@@ -70,8 +70,11 @@ export interface BrokerOptions {
 export interface BrokerCluster {
   /** From memory: this node's lease is live and it owns the partition at exactly this epoch. */
   ownsPartition(topic: string, partition: number, epoch: number): boolean;
-  /** Appends copies to a local child topic wherever its partitions live; resolves once durable there. */
-  copyToChild(child: string, records: StoredRecord[]): Promise<void>;
+  /**
+   * Appends copies to a local child topic wherever its partitions live; resolves once durable
+   * there. With `partition`, into exactly that partition (a replica keeps its parent's partitions).
+   */
+  copyToChild(child: string, records: StoredRecord[], partition?: number): Promise<void>;
 }
 
 /** A topic's metadata as the control plane keeps it (cluster mode). */
@@ -288,7 +291,7 @@ export class Broker {
       // A link without a cursor here means the partition was added after the attach: every
       // record in it was produced after the attach, so copying starts at its beginning.
       for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
-      const copier = new PartitionCopier(t.meta.name, part, cursors, () => t.meta.children, (l, r) => this.copyTo(t, l, r), o.clock, logger.child({ module: "children" }), o.bugs);
+      const copier = new PartitionCopier(t.meta.name, part, cursors, () => t.meta.children, (l, r) => this.copyTo(t, l, r, i), o.clock, logger.child({ module: "children" }), o.bugs);
       t.copiers[i] = copier;
       if (t.meta.children.length > 0) copier.kick();
     }
@@ -616,7 +619,7 @@ export class Broker {
   }
 
   /** Copies records into one child; resolves once they are durable there. */
-  private async copyTo(parent: Topic, link: ChildLink, records: StoredRecord[]): Promise<void> {
+  private async copyTo(parent: Topic, link: ChildLink, records: StoredRecord[], partition: number): Promise<void> {
     if (link.kind === "remote") {
       const id = `${link.url}|${link.credentials?.user ?? ""}`;
       let client = this.remotes.get(id);
@@ -631,7 +634,7 @@ export class Broker {
       return;
     }
     if (this.opts.cluster !== undefined) {
-      await this.opts.cluster.copyToChild(link.topic, records);
+      await this.opts.cluster.copyToChild(link.topic, records, link.kind === "replica" ? partition : undefined);
       this.metrics.childCopied.inc({ parent: parent.meta.name, child: link.topic }, records.length);
       return;
     }

@@ -62,6 +62,8 @@ export class PartitionCopier {
   /** (first offset not yet seen synced, wall time it was seen) checkpoints, ascending. */
   private readonly checkpoints: { below: number; atMs: number }[] = [];
   private lastSynced: number;
+  /** The copy round running now, so close() can wait for it. */
+  private inFlight: Promise<void> = Promise.resolve();
 
   constructor(
     readonly topic: string,
@@ -110,7 +112,7 @@ export class PartitionCopier {
       return;
     }
     this.running = true;
-    void this.run().finally(() => {
+    this.inFlight = this.run().finally(() => {
       this.running = false;
       if (this.again && !this.closed) {
         this.again = false;
@@ -204,9 +206,14 @@ export class PartitionCopier {
     else if (this.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
   }
 
+  /**
+   * Stops copying. Waits for the round in flight, so a copy made before a graceful stop has its
+   * cursor written and synced with the rest: after SIGTERM nothing is copied twice.
+   */
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== undefined) clearTimeout(this.timer);
+    await this.inFlight.catch(() => undefined);
     await this.cursors.close();
   }
 }

@@ -20,6 +20,7 @@ export class BrokerMetrics {
   readonly waiters: Gauge;
   readonly requests: Counter<"route" | "status">;
   readonly childCopied: Counter<"parent" | "child">;
+  readonly forwarded: Counter<"peer" | "result">;
 
   constructor(source: TopicGaugeSource) {
     const r = this.registry;
@@ -63,6 +64,12 @@ export class BrokerMetrics {
     perTopic("narad_topic_backlog_messages", "Unacked durable messages per topic", (t) => t.backlog);
     perTopic("narad_topic_inflight_leases", "Live leases per topic", (t) => t.inFlight);
     perTopic("narad_topic_partitions", "Partitions per topic", (t) => t.partitions);
+    this.forwarded = new Counter({
+      name: "narad_forwarded_requests_total",
+      help: "Cluster: requests forwarded to other nodes, by peer and result (ok, unreachable: not sent, failed: no answer)",
+      labelNames: ["peer", "result"],
+      registers: [r],
+    });
     this.childCopied = new Counter({ name: "narad_child_copied_messages_total", help: "Messages copied from a parent into a child topic (local children)", labelNames: ["parent", "child"], registers: [r] });
     const perChild = (name: string, help: string, pick: (c: ReturnType<TopicGaugeSource["childGauges"]>[number]) => number) =>
       new Gauge({

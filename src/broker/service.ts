@@ -15,6 +15,8 @@ import type { BrokerMetrics } from "./metrics.js";
 /** What a request carries that an owner elsewhere needs to see: the client's credentials. */
 export interface RequestContext {
   authorization: string | undefined;
+  /** The authenticated user (null with security off): owns what the request creates. */
+  user?: string | null;
 }
 
 export type SettleOutcome = 204 | 400 | 410 | NaradError;
@@ -31,6 +33,8 @@ export interface Service {
   listTopics(): TopicJson[];
   /** NaradError topic_not_found. */
   getTopic(name: string): Promise<TopicJson>;
+  /** Cheaper than getTopic: only NaradError topic_not_found when there is none. */
+  checkTopic(name: string): Promise<void>;
   createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson>;
   updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson>;
   deleteTopic(name: string): Promise<void>;
@@ -60,6 +64,10 @@ export class LocalService implements Service {
 
   async getTopic(name: string): Promise<TopicJson> {
     return this.broker.getTopic(name);
+  }
+
+  async checkTopic(name: string): Promise<void> {
+    this.broker.getTopic(name);
   }
 
   createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {

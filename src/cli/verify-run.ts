@@ -20,6 +20,11 @@ export interface RunCommandArgs {
   rate?: string;
   keep?: boolean;
   bug?: string[];
+  /** commander: --security → true, --no-security → false, neither → undefined. */
+  security?: boolean;
+  controlPlane?: string;
+  /** commander: --no-quiet-windows → false. */
+  quietWindows?: boolean;
 }
 
 export interface CalibrateCommandArgs {
@@ -114,6 +119,7 @@ function summary(r: RunResult, verdictPrinted: boolean): string {
     );
   }
   for (const f of r.findings) lines.push(`  driver (${f.kind}): ${f.text}`);
+  for (const n of r.notes) lines.push(`  note: ${n}`);
   const c = r.counts;
   lines.push(
     `  produce ${c.produceOk} ok / ${c.produceFail} refused (${c.produce429} × 429) / ${c.produceInfo} ambiguous; ` +
@@ -143,6 +149,9 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
       rate: num("--rate", args.rate, false),
       keep: args.keep === true,
       bugs: args.bug ?? [],
+      security: args.security,
+      controlPlaneUrl: args.controlPlane,
+      ...(args.quietWindows === false ? { cycle: null } : {}),
     };
   } catch (e) {
     if (e instanceof UsageError) {
@@ -153,7 +162,9 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
   }
   const seed = opts.seed ?? (await import("../verify/nemesis/index.js")).randomSeed();
   const clean = Object.fromEntries(Object.entries({ ...opts, seed }).filter(([, v]) => v !== undefined)) as typeof opts & { seed: number };
-  out.write(`narad verify run: workload ${clean.workload}, seed ${seed}${clean.bugs.length > 0 ? `, TEST BUGS ${clean.bugs.join(",")}` : ""}, out ${clean.outDir}\n`);
+  const nodes = clean.nodes ?? 1;
+  const security = clean.security ?? nodes > 1;
+  out.write(`narad verify run: workload ${clean.workload}, ${nodes === 1 ? "one node" : `${nodes} nodes`}, security ${security ? "on" : "off"}, seed ${seed}${clean.bugs.length > 0 ? `, TEST BUGS ${clean.bugs.join(",")}` : ""}, out ${clean.outDir}\n`);
   const progress = progressPrinter(out);
   const sig = abortOnSignals();
   let r: RunResult;
@@ -231,9 +242,13 @@ export function registerRunCommands(verify: Command): void {
   verify
     .command("run")
     .description("run a workload against real broker processes, record the history, and judge it (exit 0 valid, 1 invalid, 2 unknown)")
-    .requiredOption("--workload <name>", "e2e, chaos, steady, power-loss, pause or partition")
+    .requiredOption("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition or children")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")
-    .option("--nodes <n>", "broker nodes (1 until the cluster mode exists)")
+    .option("--nodes <n>", "broker nodes: 1 (default) or a cluster of n on a PostgreSQL control plane")
+    .option("--security", "security on: nodes without --dev, workers with credentials (default for a cluster)")
+    .option("--no-security", "security off (--dev)")
+    .option("--control-plane <url>", "cluster: a PostgreSQL server to use (a fresh database is made) instead of an embedded one")
+    .option("--no-quiet-windows", "children: continuous load, faults at any moment (the checker cannot yet explain the child re-copies this causes)")
     .option("--duration <s>", "seconds of load (default per workload)")
     .option("--seed <n>", "seed of every random choice (default: random, printed)")
     .option("--rate <r>", "produces per second over all producers")

@@ -149,6 +149,11 @@ export interface NewTopic {
   /** ms since the epoch; the clock's now when absent. */
   created_at?: number;
   children?: ChildJson[];
+  /**
+   * The owner of each partition, chosen by the caller (a replica child kept off its parent's
+   * nodes); absent: the least-loaded live nodes. Each must be a registered node.
+   */
+  nodes?: string[];
 }
 
 export interface TopicChange {
@@ -157,6 +162,8 @@ export interface TopicChange {
   visibility_timeout_ms?: number;
   retention_ms?: number;
   children?: ChildJson[];
+  /** Owners of the new partitions, as NewTopic.nodes. */
+  nodes?: string[];
 }
 
 export interface TopicWithPlacement {
@@ -660,8 +667,9 @@ export class ControlPlane implements UserStoreApi {
     if (!Number.isSafeInteger(t.partitions) || t.partitions < 1) throw new NaradError("invalid_argument", "partitions must be a positive integer.");
     const incarnation = t.incarnation ?? randomInt(1, 0xffffffff);
     const createdAt = t.created_at ?? this.clock.nowMs();
+    if (t.nodes !== undefined && t.nodes.length !== t.partitions) throw new NaradError("invalid_argument", "nodes must name one node per partition.");
     await this.write([`topic:${t.name}`], async (c) => {
-      const owners = await this.placeNew(c, t.partitions);
+      const owners = t.nodes ?? (await this.placeNew(c, t.partitions));
       try {
         await c.query(
           `INSERT INTO narad.topics (name, incarnation, partitions, visibility_timeout_ms, retention_ms, owner, children, created_at, version)
@@ -688,7 +696,8 @@ export class ControlPlane implements UserStoreApi {
       if (next < current) {
         throw new NaradError("partitions_decrease", `Topic ${name} has ${current} partitions; partitions can only grow.`);
       }
-      if (next > current) await this.insertPartitions(c, name, current, await this.placeNew(c, next - current));
+      if (change.nodes !== undefined && change.nodes.length !== next - current) throw new NaradError("invalid_argument", "nodes must name one node per new partition.");
+      if (next > current) await this.insertPartitions(c, name, current, change.nodes ?? (await this.placeNew(c, next - current)));
       await c.query(
         `UPDATE narad.topics SET partitions = $2,
            visibility_timeout_ms = coalesce($3, visibility_timeout_ms),

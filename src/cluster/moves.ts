@@ -166,6 +166,7 @@ export class Mover {
       await fsyncDir(staging);
       // Install where the partition lives, protected from reconcile until the switch.
       this.o.ownership.beginIncoming(topic, partition);
+      await this.o.broker.closeClusterPartition(topic, partition, false); // (never open here: the placement names the old owner)
       await rm(finalDir, { recursive: true, force: true });
       await mkdir(dirname(finalDir), { recursive: true });
       await rename(staging, finalDir);

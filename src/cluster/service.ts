@@ -26,13 +26,17 @@
 //   re-read what changed before the answer goes out (a barrier bounded by syncTimeoutMs), so a
 //   client that created a topic through one node finds it on the next.
 //
+// Forwards that overlap in time and go the same way (produces to one partition, consumes from one
+// owner, settles to one owner, with the same credentials) are merged into one request
+// (src/cluster/coalesce.ts, limits in COALESCE), so under load one hop carries many requests.
+//
 // Limits: at most PEER_LIMITS.longPollsMax long polls per peer (src/cluster/peers.ts); a
 // forwarded request waits at most `cluster.forward_timeout_ms` for its answer (plus a long
 // poll's wait).
 
 import { randomBytes } from "node:crypto";
 import { NaradError, isErrorCode } from "../protocol/errors.js";
-import { encodeBinaryBatch, BATCH_BINARY_TYPE, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import { encodeBinaryBatch, BATCH_BINARY_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
 import type { ChildLink } from "../broker/children.js";
@@ -43,6 +47,7 @@ import type { RequestContext, Service, SettleOutcome, TopicSettings } from "../b
 import type { Clock, StoredRecord } from "../storage/types.js";
 import type { ClusterTopic, ControlPlane, PartitionPlacement } from "./control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused, NodeSuperseded } from "./errors.js";
+import { Coalescer } from "./coalesce.js";
 import type { Ownership } from "./ownership.js";
 import { PeerError, type PeerResponse, type Peers } from "./peers.js";
 import { DELIVERIES_TYPE, INTERNAL_PREFIX, decodeDeliveries } from "./wire.js";
@@ -69,17 +74,91 @@ export type LocalSettleAction = SettleAction | "release";
 /** Codes an owner answers when it wrote nothing and another partition may take the messages. */
 const ROUTABLE = new Set(["not_owner", "owner_unreachable", "shutting_down"]);
 
+interface ProduceForward {
+  node: string;
+  topic: string;
+  partition: number;
+  items: ProduceItem[];
+  ctx: RequestContext;
+}
+
+interface ConsumeForward {
+  node: string;
+  topic: string;
+  max: number;
+  ctx: RequestContext;
+}
+
+interface SettleForward {
+  node: string;
+  topic: string;
+  handles: string[];
+  action: LocalSettleAction;
+  ctx: RequestContext;
+}
+
+/** Merged forwards (src/cluster/coalesce.ts): per key, requests on the wire at once, and a merged request's size. */
+export const COALESCE = {
+  inFlightMax: 4,
+  produceItemsMax: 1000,
+  produceBytesMax: 4 * 1024 * 1024,
+  settleHandlesMax: 1000,
+  queuedMax: 10_000,
+} as const;
+
 export class ClusterService implements Service {
   private readonly log: Logger;
   private readonly codec: HandleCodec;
   private readonly produceRr = new Map<string, number>();
   private readonly consumeRr = new Map<string, number>();
   private readonly me: string;
+  private readonly produces: Coalescer<ProduceForward, { partition: number; offset: number }[]>;
+  private readonly consumes: Coalescer<ConsumeForward, Delivery[]>;
+  private readonly settles: Coalescer<SettleForward, SettleOutcome[]>;
+  /** Long polls waiting on other owners, ended at once by a graceful stop. */
+  private readonly waiting = new Set<() => void>();
 
   constructor(private readonly o: ClusterServiceOptions) {
     this.log = o.logger.child({ module: "cluster" });
     this.codec = new HandleCodec(o.cp.clusterSecret, o.cp.nodeNumber, o.bootSeq);
     this.me = o.nodeId;
+    const overflow = () => new NaradError("overloaded", "Too many requests wait to be forwarded to one owner; retry after the Retry-After seconds.", { retryAfterS: 1 });
+    this.produces = new Coalescer(
+      { inFlightMax: COALESCE.inFlightMax, itemsMax: COALESCE.produceItemsMax, bytesMax: COALESCE.produceBytesMax, queuedMax: COALESCE.queuedMax },
+      async (_key, fs) => {
+        const f = fs[0]!;
+        const all = fs.length === 1 ? f.items : fs.flatMap((x) => x.items);
+        const rs = await this.remoteProduce(f.node, f.topic, f.partition, all, f.ctx);
+        let at = 0;
+        return fs.map((x) => rs.slice(at, (at += x.items.length)));
+      },
+      (f) => f.items.reduce((n, it) => n + it.payload.length + (it.key?.length ?? 0) + 8, 0),
+      overflow,
+    );
+    this.consumes = new Coalescer(
+      { inFlightMax: COALESCE.inFlightMax, itemsMax: LIMITS.consumeBatchMax, bytesMax: LIMITS.consumeBatchMax, queuedMax: COALESCE.queuedMax },
+      async (_key, fs) => {
+        const f = fs[0]!;
+        const total = fs.reduce((n, x) => n + x.max, 0);
+        const ds = await this.remoteConsume(f.node, f.topic, total, 0, f.ctx, undefined);
+        let at = 0;
+        return fs.map((x) => ds.slice(at, (at += x.max)));
+      },
+      (f) => f.max,
+      overflow,
+    );
+    this.settles = new Coalescer(
+      { inFlightMax: COALESCE.inFlightMax, itemsMax: COALESCE.settleHandlesMax, bytesMax: COALESCE.settleHandlesMax, queuedMax: COALESCE.queuedMax },
+      async (_key, fs) => {
+        const f = fs[0]!;
+        const all = fs.length === 1 ? f.handles : fs.flatMap((x) => x.handles);
+        const rs = await this.remoteSettle(f.node, f.topic, all, f.action, f.ctx);
+        let at = 0;
+        return fs.map((x) => rs.slice(at, (at += x.handles.length)));
+      },
+      (f) => f.handles.length,
+      overflow,
+    );
   }
 
   get metrics(): BrokerMetrics {
@@ -132,6 +211,10 @@ export class ClusterService implements Service {
     return this.topicJson(await this.topic(name));
   }
 
+  async checkTopic(name: string): Promise<void> {
+    await this.topic(name);
+  }
+
   async createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {
     await cpCall(() =>
       this.o.cp.createTopic({
@@ -148,7 +231,20 @@ export class ClusterService implements Service {
 
   async updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson> {
     await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms }));
-    await this.barrier([`topic:${name}`]);
+    const targets = [`topic:${name}`];
+    // A replica grows with its parent, its new partitions kept off the parent's nodes.
+    const t = this.o.cp.topic(name);
+    if (t !== undefined && req.partitions !== undefined) {
+      for (const l of t.children as ChildLink[]) {
+        const r = l.kind === "replica" ? this.o.cp.topic(l.topic) : undefined;
+        if (r === undefined || r.partitions >= t.partitions) continue;
+        const owners = (this.o.cp.placement(name) ?? []).slice(r.partitions).map((p) => p.node);
+        const nodes = this.replicaNodes(owners);
+        await cpCall(() => this.o.cp.updateTopic(l.topic, { partitions: t.partitions, ...(nodes === undefined ? {} : { nodes }) }));
+        targets.push(`topic:${l.topic}`);
+      }
+    }
+    await this.barrier(targets);
     return this.getTopic(name);
   }
 
@@ -207,13 +303,13 @@ export class ClusterService implements Service {
     const parent = await this.topic(parentName);
     const links = parent.children as ChildLink[];
     const bad = (m: string) => new NaradError("invalid_child", m);
-    if (link.kind === "replica") throw bad("Replica children are not available yet; attach a fanout child (it may live on any nodes of the cluster).");
     const parentOf = (name: string) => this.o.cp.topics().find((x) => (x.children as ChildLink[]).some((l) => l.topic === name && l.kind !== "remote"));
     const pp = parentOf(parentName);
     if (pp !== undefined) throw bad(`${parentName} is a child of ${pp.name}; a child cannot have children.`);
     if (links.some((c) => c.topic === link.topic && (c.kind === "remote") === (link.kind === "remote"))) {
       throw new NaradError("child_exists", `${link.topic} is attached to ${parentName} already.`);
     }
+    if (link.kind === "replica") return this.attachReplica(parent, link, ctx);
     if (link.kind !== "remote") {
       if (link.topic === parentName) throw bad("A topic cannot be its own child.");
       const child = await this.topic(link.topic);
@@ -225,6 +321,58 @@ export class ClusterService implements Service {
     await cpCall(() => this.o.cp.updateTopic(parentName, { children: [...links, link] }));
     await this.barrier([`topic:${parentName}`, `topic:${link.topic}`]);
     return publicChildren([link])[0]!;
+  }
+
+  /**
+   * A replica child: a new topic with the parent's partitions, settings and owner, each partition
+   * on a live node other than the one owning the parent's partition of the same number, and fed
+   * partition for partition (parent partition p → replica partition p) from the attach onward.
+   */
+  private async attachReplica(parent: ClusterTopic, link: ChildLink, ctx: RequestContext): Promise<ChildJson> {
+    const bad = (m: string) => new NaradError("invalid_child", m);
+    if (this.o.cp.topic(link.topic) !== undefined) throw new NaradError("topic_exists", `Topic ${JSON.stringify(link.topic)} exists already; a replica child is created by the attach.`);
+    const placement = this.o.cp.placement(parent.name) ?? [];
+    const nodes = this.replicaNodes(placement.map((p) => p.node));
+    if (nodes === undefined) throw bad("A replica keeps its copy on other nodes than its parent's, and no other node is live; start another node first.");
+    await cpCall(() =>
+      this.o.cp.createTopic({
+        name: link.topic,
+        partitions: parent.partitions,
+        visibility_timeout_ms: parent.visibility_timeout_ms,
+        retention_ms: parent.retention_ms,
+        owner: ctx.user ?? parent.owner,
+        nodes,
+      }),
+    );
+    try {
+      await this.barrier([`topic:${link.topic}`]);
+      await this.setCursors(parent, link.topic, true, ctx);
+      await cpCall(() => this.o.cp.updateTopic(parent.name, { children: [...(parent.children as ChildLink[]), { topic: link.topic, kind: "replica" }] }));
+    } catch (e) {
+      await this.o.cp.deleteTopic(link.topic).catch(() => undefined);
+      await this.barrier([`topic:${link.topic}`]);
+      throw e;
+    }
+    await this.barrier([`topic:${parent.name}`, `topic:${link.topic}`]);
+    return { topic: link.topic, kind: "replica" };
+  }
+
+  /** For each partition owned by `owners[i]`, the least-loaded live node other than it. */
+  private replicaNodes(owners: string[]): string[] | undefined {
+    const live = this.o.cp.nodes().filter((n) => n.state === "live");
+    const load = new Map(live.map((n) => [n.id, this.o.cp.ownedBy(n.id).length]));
+    const out: string[] = [];
+    for (const owner of owners) {
+      let best: string | undefined;
+      for (const n of live) {
+        if (n.id === owner) continue;
+        if (best === undefined || load.get(n.id)! < load.get(best)!) best = n.id;
+      }
+      if (best === undefined) return undefined;
+      out.push(best);
+      load.set(best, load.get(best)! + 1);
+    }
+    return out;
   }
 
   async detachChild(parentName: string, childName: string, ctx: RequestContext): Promise<void> {
@@ -266,13 +414,23 @@ export class ClusterService implements Service {
     }
   }
 
-  /** Copies of a parent's messages into a child topic: produced like any client's. */
-  copyToChild(child: string, records: StoredRecord[]): Promise<void> {
-    return this.produce(
-      child,
-      records.map((r) => ({ key: r.key === null ? null : r.key.toString("utf8"), payload: r.payload })),
-      { authorization: undefined },
-    ).then(() => undefined);
+  /**
+   * Copies of a parent's messages into a child topic: produced like any client's, or for a
+   * replica into exactly the partition of the same number (no routing around: the copier retries
+   * until that partition's owner takes them).
+   */
+  async copyToChild(child: string, records: StoredRecord[], partition?: number): Promise<void> {
+    const items = records.map((r) => ({ key: r.key === null ? null : r.key.toString("utf8"), payload: r.payload }));
+    const ctx: RequestContext = { authorization: undefined };
+    if (partition === undefined) {
+      await this.produce(child, items, ctx);
+      return;
+    }
+    const t = await this.topic(child);
+    if (partition >= t.partitions) throw new NaradError("partition_not_found", `Replica ${child} has no partition ${partition}; raise its partitions.`);
+    const pl = this.placement(child, partition);
+    if (pl.node === this.me) await this.produceLocal(child, partition, items);
+    else await this.produces.submit(`${pl.node}\0${child}\0${partition}\0`, { node: pl.node, topic: child, partition, items, ctx });
   }
 
   // ---- produce ----------------------------------------------------------------------------------
@@ -329,7 +487,7 @@ export class ClusterService implements Service {
           return await this.o.broker.produceTo(t.name, part, items);
         }
         if (!this.o.peers.usable(pl.node)) throw new NaradError("owner_unreachable", `Node ${pl.node}, the owner of ${t.name}/${part}, is down or not answering.`);
-        return await this.remoteProduce(pl.node, t.name, part, items, ctx);
+        return await this.produces.submit(`${pl.node}\0${t.name}\0${part}\0${ctx.authorization ?? ""}`, { node: pl.node, topic: t.name, partition: part, items, ctx });
       } catch (e) {
         if (!(e instanceof NaradError) || !ROUTABLE.has(e.code)) throw e;
         err = e;
@@ -394,7 +552,7 @@ export class ClusterService implements Service {
       if (out.length >= max || signal.aborted) break;
       if (!this.o.peers.usable(node)) continue;
       try {
-        out = out.concat(await this.remoteConsume(node, topic, max - out.length, 0, ctx, signal));
+        out = out.concat(await this.consumes.submit(`${node}\0${topic}\0${ctx.authorization ?? ""}`, { node, topic, max: max - out.length, ctx }));
       } catch (e) {
         if (e instanceof NaradError && e.definite && e.status < 500) throw e; // 401, 403, 404: the owner's answer stands
         this.log.debug({ peer: node, err: errText(e) }, "consume from an owner failed; skipping it");
@@ -429,6 +587,7 @@ export class ClusterService implements Service {
       for (const p of polls) void this.o.peers.request(p.node, { method: "POST", path: `${INTERNAL_PREFIX}/polls/${p.id}/cancel` }).catch(() => undefined);
     };
     signal.addEventListener("abort", cancel, { once: true });
+    this.waiting.add(cancel);
     const tasks: Promise<{ node: string; d: Delivery[] }>[] = [];
     if (local) tasks.push(this.consumeLocal(topic, max, waitMs, ac.signal).then((d) => ({ node: this.me, d }), () => ({ node: this.me, d: [] })));
     for (const node of owners) {
@@ -439,7 +598,10 @@ export class ClusterService implements Service {
     }
     if (tasks.length === 0) {
       signal.removeEventListener("abort", cancel);
-      return sleep(waitMs, signal).then(() => []);
+      return sleep(waitMs, ac.signal).then(() => {
+        this.waiting.delete(cancel);
+        return [];
+      });
     }
     return new Promise((resolve) => {
       let pending = tasks.length;
@@ -459,6 +621,7 @@ export class ClusterService implements Service {
           }
           if (pending === 0) {
             signal.removeEventListener("abort", cancel);
+            this.waiting.delete(cancel);
             if (!won) resolve([]);
           }
         });
@@ -548,7 +711,7 @@ export class ClusterService implements Service {
         try {
           if (node === this.me) r = await this.settleLocal(topic, hs, action);
           else if (!this.o.peers.usable(node)) r = hs.map(() => new NaradError("owner_unreachable", `Node ${node}, the owner of this handle's partition, is down or not answering; nothing was settled.`));
-          else r = await this.remoteSettle(node, topic, hs, action, ctx);
+          else r = await this.settles.submit(`${node}\0${topic}\0${action}\0${ctx.authorization ?? ""}`, { node, topic, handles: hs, action, ctx });
         } catch (e) {
           const err = e instanceof NaradError ? e : new NaradError("forward_failed");
           r = hs.map(() => err);
@@ -607,6 +770,7 @@ export class ClusterService implements Service {
 
   releaseWaiters(): void {
     this.o.broker.releaseWaiters();
+    for (const cancel of [...this.waiting]) cancel();
   }
 
   /** Internal route, old owner of a move: see Ownership.freeze. */
@@ -619,9 +783,12 @@ export class ClusterService implements Service {
   /** A request to a peer; transport failures become owner_unreachable (definite) or forward_failed. */
   async forward(node: string, r: Parameters<Peers["request"]>[1]): Promise<PeerResponse> {
     try {
-      return await this.o.peers.request(node, r);
+      const res = await this.o.peers.request(node, r);
+      this.metrics.forwarded.inc({ peer: node, result: "ok" });
+      return res;
     } catch (e) {
       if (e instanceof PeerError) {
+        this.metrics.forwarded.inc({ peer: node, result: e.definite ? "unreachable" : "failed" });
         if (e.definite) throw new NaradError("owner_unreachable", `Node ${node} could not be reached; nothing was sent to it (${e.message}).`);
         throw new NaradError("forward_failed", `Node ${node} got the request but no answer came back (${e.message}); it may or may not have happened.`);
       }

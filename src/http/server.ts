@@ -147,7 +147,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       if (opts.authenticator === undefined || perm === "none") return h(req, res, params as Params, query, { principal: null, req: rc });
       return opts.authenticator.authenticate(req.headers.authorization).then(async (principal) => {
         await authz(perm, params as Params, principal);
-        return h(req, res, params as Params, query, { principal, req: rc });
+        return h(req, res, params as Params, query, { principal, req: { ...rc, user: principal.name } });
       });
     });
     const m = routes.get(path) ?? new Set<string>();
@@ -237,7 +237,10 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       }
     } else {
       if (body.url !== undefined || body.credentials !== undefined) throw new NaradError("invalid_argument", "url and credentials are only for remote children.");
-      if (ctx.principal !== null) await authz("manage", { topic: child }, ctx.principal);
+      if (ctx.principal !== null && kind === "replica" && !allows(ctx.principal, "create", child)) {
+        throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${child} (a replica child is created by the attach); ask an admin for a create grant.`);
+      }
+      if (ctx.principal !== null && kind !== "replica") await authz("manage", { topic: child }, ctx.principal);
     }
     const link = await svc.attachChild(parent, {
       topic: child,
@@ -257,7 +260,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   // ---- produce --------------------------------------------------------------------------------
   on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
-    await svc.getTopic(topic); // 404 before reading a body for a topic that does not exist
+    await svc.checkTopic(topic); // 404 before reading a body for a topic that does not exist
     const key = q.get("key");
     checkKey(key);
     const payload = await readBody(req, LIMITS.messageBytesMax);
@@ -266,7 +269,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   });
   on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
-    await svc.getTopic(topic);
+    await svc.checkTopic(topic);
     const items = await readBatch(req);
     const results = await svc.produce(topic, items, ctx.req);
     sendJson(res, 202, { results });

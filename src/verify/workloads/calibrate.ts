@@ -19,6 +19,12 @@
 //     power losses, each catching it with high probability (docs/verification-workloads.md has
 //     the numbers). It is the one row that rests on timing; its precondition is that power losses
 //     happened.
+//   - the child-topic bugs meet the children workload's load cycle: the parent's owner and the
+//     remote node are killed in the quiet window after a burst; the next burst is produced while
+//     the remote node is down (child-skip-on-failure drops those copies: `lost` on the remote
+//     path), and the parent's owner is back while the first burst's delay copies still wait
+//     (delay-early-after-restart makes them at once: `early-delivery`). Its precondition: both
+//     kills happened, with evidence, and both nodes were started again.
 // Runs are sequential: on two cores, two runs at once would mostly measure each other.
 
 import { join } from "node:path";
@@ -43,6 +49,15 @@ function faultsOk(r: RunResult, kind: string): number {
 }
 
 const needFault = (kind: string) => (r: RunResult) => (faultsOk(r, kind) > 0 ? null : `no ${kind} fault completed`);
+/** A fault of `kind` on each node, and a start after it, each with its boot evidence. */
+const needFaultOn = (kind: string, nodes: string[]) => (r: RunResult) => {
+  for (const node of nodes) {
+    const f = r.report?.faults.find((x) => x.kind === kind && x.node === node && x.outcome === "ok" && x.evidence === true);
+    if (f === undefined) return `no ${kind} of ${node} with boot evidence`;
+    if (!r.report!.faults.some((x) => x.kind === "start" && x.node === node && x.op > f.op && x.outcome === "ok")) return `${node} was not started again after its ${kind}`;
+  }
+  return null;
+};
 const need429 = (r: RunResult) => (r.counts.produce429 > 0 ? null : "no produce was refused with 429");
 
 const MiB = 1024 * 1024;
@@ -88,6 +103,15 @@ const CONFIGS = {
     workload: "steady",
     options: { visibilityTimeoutMs: 2_000 },
   },
+  // One load cycle is enough (cycle.ts): a burst, then the parent's owner (n1) and the remote
+  // node (r1) killed in its quiet window; n1 is back before the burst's delay copies fall due,
+  // and the next burst is produced while r1 is still down. Kills only: a graceful stop can take
+  // a second on a loaded machine, which would leave less room for n1 to be back in time.
+  children: {
+    workload: "children",
+    options: { faults: ["kill"], visibilityTimeoutMs: 2_000, durationS: 3 },
+    precondition: needFaultOn("kill", ["n1", "r1"]),
+  },
 } satisfies Record<string, { workload: WorkloadName; options: CalibrationCase["options"]; precondition?: CalibrationCase["precondition"] }>;
 
 type ConfigName = keyof typeof CONFIGS;
@@ -118,6 +142,9 @@ export const CALIBRATION_CASES: readonly CalibrationCase[] = [
   row("steady", "accept-replaced-handle", "double-lease"),
   row("steady", "replay-skip", "skip"),
   row("steady", "redeliver-acked", "duplicate-after-ack"),
+  row("children", null, null),
+  row("children", "child-skip-on-failure", "lost"),
+  row("children", "delay-early-after-restart", "early-delivery"),
 ];
 
 export interface CalibrationRow {
@@ -183,7 +210,7 @@ export async function calibrate(opts: CalibrationOptions): Promise<CalibrationRo
         workload: c.workload,
         outDir,
         seed,
-        durationS: opts.durationS ?? CALIBRATION_DURATION_S,
+        durationS: opts.durationS ?? c.options.durationS ?? CALIBRATION_DURATION_S,
         bugs: c.bug === null ? [] : [c.bug],
         ...(opts.signal ? { signal: opts.signal } : {}),
         ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),

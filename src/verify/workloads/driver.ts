@@ -17,6 +17,14 @@
 //   reproduces the schedule and the choices, not the exact interleaving.
 // - Cleanup on every path, SIGINT included (the caller aborts `signal`): workers are killed,
 //   nodes stopped, proxies closed, the history flushed, temp data dirs removed unless `keep`.
+// - Systems (systems.ts): the system under test is one node or, with --nodes N > 1, a cluster of
+//   N nodes on a PostgreSQL control plane; each worker lane sends its requests to the nodes in
+//   turn, and faults hit a node at random. A workload with a remote child also starts a second,
+//   separate Narad (one node, security on) for the child's topic; its consumers and the final
+//   drain of that path talk to it, and the nemesis may stop it too.
+// - Children: attached before the first produce, listed in the config line; after the load the
+//   driver waits until every child has caught up with its parent (the nodes' lag metric), so each
+//   child path's final drain begins after every copy it is owed was made.
 // - The driver imports no server code: it judges the broker from outside, through HTTP, process
 //   signals and the fault proxy, as a user's client would see it.
 
@@ -25,7 +33,6 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { request } from "undici";
 import { createRunClock, type RunClock } from "../history/clock.js";
 import { HistoryWriter } from "../history/writer.js";
 import type { ConfigValue } from "../history/types.js";
@@ -38,7 +45,22 @@ import { Lane, type OpRecorder } from "./ops.js";
 import type { CompletionType, ConsumerMix, DriverMessage, FaultSchedule, OpF, TopicSpec, WorkerMessage, WorkerSpec, RoleSpec } from "./protocol.js";
 import { auditTopic, deriveSeed, drainTopic } from "./roles.js";
 import { RunTracker, type TrackerCounts } from "./tracker.js";
-import { WORKLOADS, type WorkloadName, type WorkloadProfile } from "./workloads.js";
+import { WORKLOADS, type ChildProfile, type WorkloadName, type WorkloadProfile } from "./workloads.js";
+import {
+  ADMIN_PASSWORD,
+  CLIENT_USER,
+  SYSTEM_LIMITS,
+  attachChildren,
+  childLag,
+  clientUrls,
+  createTopics,
+  createUsers,
+  startControlPlane,
+  waitChildrenCaughtUp,
+  type ControlPlane,
+  type RunSystem,
+} from "./systems.js";
+import { LoadCycle, type CycleSpec, type CycleTarget } from "./cycle.js";
 
 export const MAIN_TOPIC = "t";
 export const PROBE_TOPIC = "probe";
@@ -56,8 +78,12 @@ export const RUN_LIMITS = {
   workerStopGraceMs: 30_000,
   /** For every worker's `ready`. */
   workerReadyTimeoutMs: 15_000,
-  /** Lanes draining the main topic at once. */
+  /** Lanes draining the main topic at once (other topics: half as many, at least one). */
   drainLanes: 4,
+  /** Load cycles: how long past the duration a run may go on for a burst after the last faults. */
+  cycleSettleGraceMs: 15_000,
+  /** Nodes of the system under test at most. */
+  nodesMax: 9,
   /** Consecutive errors of one drain lane before it gives up. */
   drainErrorsMax: 50,
   /** Replay pages of the audit at most. */
@@ -70,6 +96,8 @@ export const RUN_LIMITS = {
    * against the drain's wait).
    */
   recoverMs: 2_000,
+  /** Notes kept in a run's result at most. */
+  notesMax: 100,
   /** Node output kept in nodes.log per node. */
   nodeLogCharsMax: 256 * 1024,
 } as const;
@@ -78,7 +106,7 @@ export const RUN_LIMITS = {
 export const PROBE_VISIBILITY_TIMEOUT_MS = 1_000;
 
 export interface RunProgress {
-  phase: "start" | "run" | "heal" | "recover" | "stop" | "drain-wait" | "drain" | "audit" | "check" | "done";
+  phase: "start" | "run" | "heal" | "recover" | "stop" | "catch-up" | "drain-wait" | "drain" | "audit" | "check" | "done";
   elapsedMs: number;
   opsPerS: number;
   ops: number;
@@ -94,7 +122,15 @@ export interface RunOptions {
   workload: WorkloadName;
   /** Where history.jsonl, report.json, report.html and nodes.log go. */
   outDir: string;
+  /** Nodes of the system under test: 1 (default) is a single node, more a cluster. */
   nodes?: number;
+  /**
+   * Security on: nodes without --dev, an admin password, workers with credentials. Default: on
+   * for a cluster, off for a single node. (A remote child's system always has it on.)
+   */
+  security?: boolean;
+  /** postgres:// URL of a server for the control plane (a fresh database is made); default: an embedded PostgreSQL. */
+  controlPlaneUrl?: string;
   durationS?: number;
   /** Default: a random seed (printed and recorded in the config line). */
   seed?: number;
@@ -109,6 +145,12 @@ export interface RunOptions {
   faults?: InjectedFaultKind[];
   faultIntervalMs?: number;
   faultHoldMs?: number;
+  /** Which nodes the faults hit (see FaultSchedule). */
+  faultTargets?: FaultSchedule["targets"];
+  /** Children of the main topic (replaces the workload's). */
+  children?: ChildProfile[];
+  /** Load cycles with faults in quiet windows (replaces the workload's; null: continuous load). */
+  cycle?: CycleSpec | null;
   visibilityTimeoutMs?: number;
   partitions?: number;
   producers?: number;
@@ -152,6 +194,8 @@ export interface RunResult {
   /** 0 valid, 1 invalid, 2 unknown, 130 interrupted. */
   exitCode: number;
   findings: Finding[];
+  /** Remarks on how the run went (fault windows skipped, …); they change no verdict. */
+  notes: string[];
   counts: TrackerCounts;
   events: number;
   durationMs: number;
@@ -159,17 +203,24 @@ export interface RunResult {
   config: ConfigValue;
 }
 
+/** A topic of the run and the system it lives on. */
+interface RunTopic extends TopicSpec {
+  system: "main" | "remote";
+}
+
 interface ResolvedRun {
   profile: WorkloadProfile;
   seed: number;
   nodes: number;
+  security: boolean;
   durationS: number;
   rate: number;
   faults: FaultSchedule | null;
   bugs: string[];
   ackFlushMs: number;
   ackSyncMs: number;
-  topics: TopicSpec[];
+  topics: RunTopic[];
+  remote: boolean;
 }
 
 function resolveRun(o: RunOptions): ResolvedRun {
@@ -187,15 +238,15 @@ function resolveRun(o: RunOptions): ResolvedRun {
     ...(o.payloadBytesMin !== undefined ? { payloadBytesMin: o.payloadBytesMin } : {}),
     ...(o.payloadBytesMax !== undefined ? { payloadBytesMax: o.payloadBytesMax } : {}),
     ...(o.prober !== undefined ? { prober: o.prober } : {}),
+    ...(o.children !== undefined ? { children: o.children } : {}),
+    ...(o.cycle !== undefined ? { cycle: o.cycle } : {}),
   };
   if (profile.payloadBytesMax < profile.payloadBytesMin) profile.payloadBytesMax = profile.payloadBytesMin;
   const nodes = o.nodes ?? 1;
   if (!Number.isInteger(nodes) || nodes < 1) throw new RangeError("--nodes must be a positive integer");
-  if (nodes > 1) {
-    // Independent single nodes would be separate brokers with colliding partitions and offsets:
-    // the history would describe no one system. Several nodes need the cluster mode.
-    throw new RangeError("--nodes above 1 needs the cluster mode (PostgreSQL control plane), which this build does not have yet");
-  }
+  // More than one node is a cluster on a PostgreSQL control plane: one system, whose partitions
+  // and offsets the history can name (separate single nodes would be separate brokers).
+  if (nodes > RUN_LIMITS.nodesMax) throw new RangeError(`--nodes must be at most ${RUN_LIMITS.nodesMax}`);
   const durationS = o.durationS ?? profile.durationS;
   if (!(durationS > 0 && durationS <= 24 * 3600)) throw new RangeError("--duration must be between 0 and 86400 seconds");
   const rate = o.rate ?? profile.rate;
@@ -213,18 +264,34 @@ function resolveRun(o: RunOptions): ResolvedRun {
       ...(o.faultHoldMs !== undefined ? { holdMs: o.faultHoldMs, holdJitterMs: Math.round(o.faultHoldMs / 2) } : {}),
     };
   }
+  if (faults !== null && o.faultTargets !== undefined) faults = { ...faults, targets: o.faultTargets };
   if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
   if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
-  const topics: TopicSpec[] = [{ name: MAIN_TOPIC, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs }];
-  if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS });
+  const topics: RunTopic[] = [{ name: MAIN_TOPIC, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: "main" }];
+  if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS, system: "main" });
+  const names = new Set(topics.map((t) => t.name));
+  for (const c of profile.children) {
+    // The checker tells paths apart by topic name alone: a remote topic must not share a name
+    // with any topic of the system under test (nor two children one name).
+    if (names.has(c.topic)) throw new RangeError(`child topic ${c.topic} has the name of another topic of the run`);
+    if (c.kind === "delay" && !(c.delayMs !== undefined && c.delayMs > 0)) throw new RangeError(`delay child ${c.topic} needs a positive delay`);
+    names.add(c.topic);
+    topics.push({ name: c.topic, partitions: c.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: c.kind === "remote" ? "remote" : "main" });
+  }
+  const remote = profile.children.some((c) => c.kind === "remote");
+  // The cycle's windows keep faults away from the delay child's copies: they must know its delay.
+  if (profile.cycle !== null) profile.cycle = { ...profile.cycle, delayMs: Math.max(0, ...profile.children.map((c) => (c.kind === "delay" ? c.delayMs! : 0))) };
+  if (faults !== null && faults.targets === "remote" && !remote) throw new RangeError("faults on the remote node need a remote child");
+  if (remote && profile.proxy) throw new RangeError("a remote child and the fault proxy do not go together (the copies would bypass it)");
   const lanes = profile.producers * profile.producerLanes + profile.consumers * profile.consumerLanes;
-  if (profile.producers + profile.consumers + 2 > RUN_LIMITS.workersMax) throw new RangeError(`at most ${RUN_LIMITS.workersMax} worker processes`);
+  if (profile.producers + profile.consumers + profile.children.length * profile.childConsumers + 2 > RUN_LIMITS.workersMax) throw new RangeError(`at most ${RUN_LIMITS.workersMax} worker processes`);
   if (Math.max(profile.producerLanes, profile.consumerLanes) > RUN_LIMITS.lanesMax) throw new RangeError(`at most ${RUN_LIMITS.lanesMax} lanes per worker`);
   if (lanes === 0 || profile.producers === 0) throw new RangeError("a run needs at least one producer");
   return {
     profile,
     seed,
     nodes,
+    security: o.security ?? nodes > 1,
     durationS,
     rate,
     faults,
@@ -232,12 +299,17 @@ function resolveRun(o: RunOptions): ResolvedRun {
     ackFlushMs: o.ackFlushMs ?? DEFAULTS.ackFlushIntervalMs,
     ackSyncMs: o.ackSyncMs ?? DEFAULTS.ackSyncIntervalMs,
     topics,
+    remote,
   };
 }
 
 /** Exit code of a verdict, as `narad verify check` has it. */
 export function verdictExitCode(v: Verdict): number {
   return v === "valid" ? 0 : v === "invalid" ? 1 : 2;
+}
+
+function topicSpec(t: RunTopic): TopicSpec {
+  return { name: t.name, partitions: t.partitions, visibilityTimeoutMs: t.visibilityTimeoutMs };
 }
 
 const WORKER_PATH = fileURLToPath(new URL("./worker.js", import.meta.url));
@@ -247,6 +319,8 @@ interface WorkerHandle {
   spec: WorkerSpec;
   child: ChildProcess;
   ready: Promise<void>;
+  /** Opens or closes a producer's gate; a close resolves when the worker confirms it (or exits). */
+  gate(open: boolean): Promise<void>;
   /** Resolves when the process exited, with its `stopped` error if it sent one. */
   exited: Promise<{ code: number | null; signal: string | null; stopped: boolean; error?: string }>;
   stderrTail: () => string;
@@ -265,18 +339,6 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-async function createTopic(url: string, t: TopicSpec): Promise<void> {
-  const res = await request(`${url}/v1/topics`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ name: t.name, partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }),
-    headersTimeout: 10_000,
-    bodyTimeout: 10_000,
-  });
-  const text = await res.body.text();
-  if (res.statusCode !== 201) throw new Error(`creating topic ${t.name}: ${res.statusCode} ${text.slice(0, 300)}`);
-}
-
 /** Runs one workload end to end. Never leaves a process behind, whatever happens. */
 export async function runWorkload(opts: RunOptions): Promise<RunResult> {
   const run = resolveRun(opts);
@@ -288,14 +350,29 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
   const tmp = await mkdtemp(join(tmpdir(), "narad-verify-"));
   const signal = opts.signal;
   const findings: Finding[] = [];
-  const tracker = new RunTracker({ knownSet: profile.knownSet });
+  /** What a reader of the result should know that is neither a violation nor a harness failure. */
+  const notes: string[] = [];
+  const tracker = new RunTracker({ knownSet: profile.knownSet, mainTopic: MAIN_TOPIC });
   const clock: RunClock = createRunClock();
 
-  const nodes: NodeProcess[] = [];
-  const proxies: Proxy[] = [];
+  const main: RunSystem = {
+    role: "main",
+    nodes: [],
+    proxies: [],
+    admin: run.security ? { user: "admin", password: ADMIN_PASSWORD } : null,
+    client: run.security ? CLIENT_USER : null,
+  };
+  const remote: RunSystem | null = run.remote
+    ? { role: "remote", nodes: [], proxies: [], admin: { user: "admin", password: ADMIN_PASSWORD }, client: CLIENT_USER }
+    : null;
+  const systems: RunSystem[] = remote === null ? [main] : [main, remote];
+  const systemOf = (t: RunTopic): RunSystem => (t.system === "remote" ? remote! : main);
+  const allNodes = (): NodeProcess[] => systems.flatMap((s) => s.nodes);
+  const allProxies = (): Proxy[] => systems.flatMap((s) => s.proxies);
+  let controlPlane: ControlPlane | null = null;
   const workers: WorkerHandle[] = [];
   let writer: HistoryWriter | null = null;
-  let nemesis: Nemesis | null = null;
+  let nemesis: { start(): void; stop(): Promise<void> } | null = null;
   let nemesisStopped = false;
   let phase: RunProgress["phase"] = "start";
   let progressTimer: NodeJS.Timeout | null = null;
@@ -334,13 +411,20 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     ack_sync_ms: run.ackSyncMs,
     visibility_timeout_ms: profile.visibilityTimeoutMs,
     topics: Object.fromEntries(run.topics.map((t) => [t.name, { partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }])),
-    children: {},
+    // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
+    // of the remote system under that name (runs keep it distinct from every local topic's).
+    children:
+      profile.children.length === 0
+        ? {}
+        : { [MAIN_TOPIC]: profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}) })) },
     run: {
       workload: profile.name,
       seed,
       duration_s: run.durationS,
       rate: run.rate,
       nodes: run.nodes,
+      security: run.security,
+      ...(remote !== null ? { remote_nodes: 1 } : {}),
       bugs: run.bugs,
       power_loss_mode: profile.powerLoss,
       proxy: profile.proxy,
@@ -393,20 +477,48 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       NARAD_TEST_BUGS: run.bugs.join(","),
       NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
       ...(opts.pendingSyncBytes !== undefined ? { NARAD_LIMITS_PENDING_SYNC_BYTES: String(opts.pendingSyncBytes) } : {}),
+      ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),
     };
-    for (let i = 0; i < run.nodes; i++) {
-      const dataDir = join(tmp, `n${i}`);
-      await mkdir(dataDir, { recursive: true });
-      nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss }));
+    const clusterArgs: string[] = [];
+    if (run.nodes > 1) {
+      controlPlane = await startControlPlane(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
+      clusterArgs.push("--control-plane", controlPlane.url);
     }
-    await Promise.all(nodes.map((n) => n.start()));
+    for (let i = 0; i < run.nodes; i++) {
+      const dataDir = join(tmp, `n${i + 1}`);
+      await mkdir(dataDir, { recursive: true });
+      main.nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss, nodeId: `n${i + 1}`, dev: !run.security, extraArgs: clusterArgs }));
+    }
+    if (remote !== null) {
+      // Another Narad: its own node id, security on, and none of the seeded bugs.
+      const dataDir = join(tmp, "r1");
+      await mkdir(dataDir, { recursive: true });
+      const remoteEnv = { ...env, NARAD_TEST_BUGS: "", NARAD_TEST_POWER_LOSS: "0", NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD };
+      remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: "r1", dev: false }));
+    }
+    // The first node alone (a cluster's first node migrates the schema and creates admin), then
+    // the rest; the remote node meanwhile.
+    await Promise.all([
+      (async () => {
+        await main.nodes[0]!.start();
+        await Promise.all(main.nodes.slice(1).map((n) => n.start()));
+      })(),
+      ...(remote !== null ? [remote.nodes[0]!.start()] : []),
+    ]);
     if (profile.proxy) {
-      for (const n of nodes) {
-        proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
+      for (const n of main.nodes) {
+        main.proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
       }
     }
-    for (const t of run.topics) await createTopic(nodes[0]!.url, t);
-    const clientUrl = (i: number) => (profile.proxy ? `http://127.0.0.1:${proxies[i % proxies.length]!.address.port}` : nodes[i % nodes.length]!.url);
+    await Promise.all(
+      systems.map(async (s) => {
+        await createUsers(s, run.topics.filter((t) => systemOf(t) === s).map((t) => t.name));
+        await createTopics(s, run.topics.filter((t) => systemOf(t) === s), signal);
+      }),
+    );
+    if (profile.children.length > 0) {
+      await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote);
+    }
 
     writer = HistoryWriter.open(historyPath, config, { clock });
     progressTimer = setInterval(() => emitProgress(true), opts.progressIntervalMs ?? 1_000);
@@ -418,10 +530,19 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     const lanesTotal = profile.producers * profile.producerLanes;
     const laneIntervalMs = (lanesTotal * 1000) / run.rate;
     const quotaPerLane = profile.knownSet ? Math.max(1, Math.ceil((run.rate * run.durationS) / lanesTotal)) : null;
-    const addWorker = (lanes: number, role: RoleSpec) => {
+    const addWorker = (lanes: number, role: RoleSpec, system: RunSystem = main) => {
       const worker = specs.length;
       const processes = Array.from({ length: lanes }, () => `p${nextProcess++}`);
-      specs.push({ worker, processes, url: clientUrl(worker), seed: deriveSeed(seed, `worker-${worker}`), requestTimeoutMs: profile.requestTimeoutMs, role });
+      specs.push({
+        worker,
+        processes,
+        urls: clientUrls(system),
+        ...(system.client !== null ? { auth: system.client } : {}),
+        ...(profile.cycle !== null && role.role === "producer" ? { gateClosed: true } : {}),
+        seed: deriveSeed(seed, `worker-${worker}`),
+        requestTimeoutMs: profile.requestTimeoutMs,
+        role,
+      });
     };
     for (let i = 0; i < profile.producers; i++) {
       addWorker(profile.producerLanes, {
@@ -438,18 +559,54 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     for (let i = 0; i < profile.consumers; i++) {
       addWorker(profile.consumerLanes, { role: "consumer", topic: MAIN_TOPIC, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs });
     }
+    // Every child path has consumers of its own, on the system it lives on.
+    for (const t of run.topics) {
+      if (!profile.children.some((c) => c.topic === t.name)) continue;
+      for (let i = 0; i < profile.childConsumers; i++) {
+        addWorker(profile.consumerLanes, { role: "consumer", topic: t.name, visibilityTimeoutMs: t.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs }, systemOf(t));
+      }
+    }
     if (profile.prober) addWorker(1, { role: "prober", topic: PROBE_TOPIC, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS });
-    if (profile.replayer) addWorker(1, { role: "replayer", topics: run.topics, intervalMs: 300, limit: 50 });
+    if (profile.replayer) addWorker(1, { role: "replayer", topics: run.topics.filter((t) => t.system === "main").map(topicSpec), intervalMs: 300, limit: 50 });
     const messagesPerLaneMax = Math.floor(RUN_LIMITS.messagesMax / lanesTotal);
     for (const s of specs) if (s.role.role === "producer") s.role.quotaPerLane = Math.min(s.role.quotaPerLane ?? messagesPerLaneMax, messagesPerLaneMax);
 
     for (const spec of specs) workers.push(spawnWorker(spec, record, () => writer!, findings));
     await withDeadline(Promise.all(workers.map((w) => w.ready)), RUN_LIMITS.workerReadyTimeoutMs, "worker processes did not start");
 
-    // ---- nemesis ----
-    if (run.faults !== null) {
-      const targets: NemesisTarget[] = nodes.map((node, i) => ({ node, ...(proxies[i] ? { proxy: proxies[i] } : {}) }));
-      nemesis = new Nemesis({
+    // ---- nemesis (or load cycles with faults in quiet windows) ----
+    const targetsOf = (sys: RunSystem): CycleTarget[] => sys.nodes.map((node, i) => ({ node, role: sys.role, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}) }));
+    const which = run.faults?.targets ?? "all";
+    const targets: CycleTarget[] = which === "main" ? targetsOf(main) : which === "remote" ? targetsOf(remote!) : systems.flatMap(targetsOf);
+    if (profile.cycle !== null) {
+      const producerWorkers = workers.filter((w) => w.spec.role.role === "producer");
+      const copied = profile.children.filter((c) => c.kind !== "delay").map((c) => c.topic);
+      nemesis = new LoadCycle({
+        spec: profile.cycle,
+        seed: deriveSeed(seed, "nemesis"),
+        faults: run.faults?.kinds ?? [],
+        targets,
+        record: faultRecorder,
+        ackFlushMs: run.ackFlushMs,
+        producedOk: () => tracker.counts.produceOk,
+        gate: async (open) => {
+          await Promise.all(producerWorkers.map((w) => w.gate(open)));
+          // Closed: every produce that was invoked finishes before the quiet window counts.
+          const deadline = performance.now() + profile.requestTimeoutMs + 2_000;
+          while (!open && tracker.openCount("produce") > 0 && performance.now() < deadline) await sleep(10);
+        },
+        onSkip: (names, reason) => {
+          if (notes.length < RUN_LIMITS.notesMax) notes.push(`faults on ${names} skipped in one quiet window: ${reason}`);
+        },
+        caughtUp: async () => {
+          if (copied.length === 0) return true;
+          const lag = await childLag(main, MAIN_TOPIC, copied);
+          return [...lag.values()].every((n) => n === 0);
+        },
+      });
+      nemesis.start();
+    } else if (run.faults !== null) {
+      const nemesisOptions = {
         targets,
         seed: deriveSeed(seed, "nemesis"),
         faults: run.faults.kinds,
@@ -460,7 +617,8 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
         latencyMs: 300,
         latencyJitterMs: 50,
         record: faultRecorder,
-      });
+      };
+      nemesis = new Nemesis(nemesisOptions);
       nemesis.start();
     }
 
@@ -472,10 +630,37 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     void producersDone.then(() => (producersFinished = true));
     const runEnd = performance.now() + run.durationS * 1000;
     const knownSetEnd = runEnd + RUN_LIMITS.knownSetGraceMs;
+    /** Stops the faults and brings every node and line back, recording each step. */
+    const heal = async (): Promise<void> => {
+      if (nemesis !== null && !nemesisStopped) {
+        setPhase("heal");
+        nemesisStopped = true;
+        await nemesis.stop();
+      }
+      // Whatever the schedule left, every node runs and every line is clear before the drain.
+      for (const s of systems) {
+        for (let i = 0; i < s.nodes.length; i++) {
+          if (!interrupted) await restoreTarget(faultRecorder, { node: s.nodes[i]!, ...(s.proxies[i] ? { proxy: s.proxies[i] } : {}) });
+        }
+      }
+    };
     for (;;) {
       if (interrupted) break;
       const now = performance.now();
       if (profile.knownSet) {
+        // Under faults the known set is what got a 202 within the duration (the quota, unless the
+        // producers fall behind, as they may while nodes are down); production and faults stop
+        // then, and everything must be acked within the grace. Without faults, the whole quota.
+        if (now >= runEnd && !producersFinished && nemesis !== null) {
+          await Promise.all(producers.map((w) => w.gate(false)));
+          const deadline = performance.now() + profile.requestTimeoutMs + 2_000;
+          while (tracker.openCount("produce") > 0 && performance.now() < deadline) await sleep(10, signal);
+          producersFinished = true;
+        }
+        if (nemesis !== null && !nemesisStopped && now >= runEnd) {
+          await heal();
+          setPhase("run");
+        }
         if (producersFinished && tracker.allProducedAcked()) break;
         if (now >= knownSetEnd) {
           findings.push({
@@ -484,27 +669,35 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
           });
           break;
         }
-      } else if (now >= runEnd) break;
+      } else if (now >= runEnd) {
+        // Load cycles end after a burst has met the last faults' effect (bounded by the grace).
+        if (!(nemesis instanceof LoadCycle) || nemesis.settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
+      }
       await sleep(100, signal);
     }
 
     // ---- heal, stop, drain ----
-    if (nemesis !== null) {
-      setPhase("heal");
-      nemesisStopped = true;
-      await nemesis.stop();
-    }
-    // Whatever the schedule left, every node runs and every line is clear before the drain.
-    for (let i = 0; i < nodes.length; i++) {
-      if (!interrupted) await restoreTarget(faultRecorder, { node: nodes[i]!, ...(proxies[i] ? { proxy: proxies[i] } : {}) });
-    }
-    if (nemesis !== null && !interrupted) {
+    const faulted = nemesis !== null && !nemesisStopped;
+    await heal();
+    // A known set is all acked by now: nothing is left to recover.
+    if (faulted && !profile.knownSet && !interrupted) {
       setPhase("recover");
       await sleep(RUN_LIMITS.recoverMs, signal);
     }
     setPhase("stop");
     await stopWorkers(workers, findings);
 
+    if (!interrupted && profile.children.length > 0) {
+      // Every copy made before any child path is drained (the checker's rule for `lost`).
+      setPhase("catch-up");
+      const behind = await waitChildrenCaughtUp(main, MAIN_TOPIC, profile.children.map((c) => c.topic), signal);
+      for (const [child, lag] of behind) {
+        findings.push({
+          kind: "violation",
+          text: `child ${child} did not catch up with ${MAIN_TOPIC} within ${SYSTEM_LIMITS.childCatchUpTimeoutMs / 1000} s after the load (${Number.isNaN(lag) ? "no node reports its lag" : `${lag} messages behind`})`,
+        });
+      }
+    }
     if (!interrupted) {
       setPhase("drain-wait");
       const nowNs = clock.nowNs();
@@ -517,9 +710,14 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
       const drains: Promise<void>[] = [];
       for (const t of run.topics) {
-        const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : 1;
+        const sys = systemOf(t);
+        const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : t.name === PROBE_TOPIC ? 1 : Math.max(1, RUN_LIMITS.drainLanes / 2);
         for (let l = 0; l < lanes; l++) {
-          const lane = new Lane(`drain-${t.name}-${l}`, nodes[l % nodes.length]!.url, directRecorder, profile.requestTimeoutMs);
+          const lane = new Lane(`drain-${t.name}-${l}`, clientUrls(sys), directRecorder, {
+            requestTimeoutMs: profile.requestTimeoutMs,
+            firstUrl: l,
+            ...(sys.client !== null ? { auth: sys.client } : {}),
+          });
           drains.push(
             drainTopic(lane, t.name, drainOpsMax, RUN_LIMITS.drainErrorsMax)
               .then((ok) => {
@@ -533,11 +731,16 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     }
     if (!interrupted) {
       setPhase("audit");
-      const lane = new Lane("audit", nodes[0]!.url, directRecorder, profile.requestTimeoutMs);
-      try {
-        for (const t of run.topics) await auditTopic(lane, t, RUN_LIMITS.auditPagesMax);
-      } finally {
-        await lane.close();
+      for (const s of systems) {
+        const lane = new Lane(`audit${s.role === "remote" ? "-remote" : ""}`, clientUrls(s), directRecorder, {
+          requestTimeoutMs: profile.requestTimeoutMs,
+          ...(s.client !== null ? { auth: s.client } : {}),
+        });
+        try {
+          for (const t of run.topics) if (systemOf(t) === s) await auditTopic(lane, topicSpec(t), RUN_LIMITS.auditPagesMax);
+        } finally {
+          await lane.close();
+        }
       }
     }
   } finally {
@@ -547,13 +750,19 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill("SIGKILL");
     await Promise.all(workers.map((w) => w.exited.catch(() => undefined)));
     if (writer !== null) await writer.close().catch(() => undefined);
-    for (const p of proxies) await p.close().catch(() => undefined);
-    for (const n of nodes) {
-      if (n.paused) await n.resume().catch(() => undefined);
-      if (n.running) await n.terminate().catch(() => n.dispose());
-      await n.dispose();
-    }
-    const logs = nodes.map((n, i) => `==== node n${i} (${n.name}) ====\n${n.output().slice(-RUN_LIMITS.nodeLogCharsMax)}`).join("\n");
+    for (const p of allProxies()) await p.close().catch(() => undefined);
+    await Promise.all(
+      allNodes().map(async (n) => {
+        if (n.paused) await n.resume().catch(() => undefined);
+        if (n.running) await n.terminate().catch(() => n.dispose());
+        await n.dispose();
+      }),
+    );
+    // After the nodes: a cluster node whose control plane vanished first would only complain.
+    if (controlPlane !== null) await controlPlane.stop().catch(() => undefined);
+    const logs = systems
+      .flatMap((s) => s.nodes.map((n) => `==== ${s.role} node ${n.name} (${n.dataDir}) ====\n${n.output().slice(-RUN_LIMITS.nodeLogCharsMax)}`))
+      .join("\n");
     await writeFile(join(outDir, "nodes.log"), logs).catch(() => undefined);
     if (!opts.keep) await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
   }
@@ -571,7 +780,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       await writeFile(reportHtmlPath, renderHtml(report, `narad verify run --workload ${profile.name} --seed ${seed}`));
     }
   }
-  if (profile.knownSet) {
+  if (profile.duplicatesFail) {
     if (tracker.duplicates.length > 0) {
       findings.push({ kind: "violation", text: `delivered more than once in a run without faults: ${tracker.duplicates.slice(0, 10).join(", ")}${tracker.duplicates.length > 10 ? ", …" : ""}` });
     }
@@ -589,11 +798,12 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     historyPath,
     reportJsonPath,
     reportHtmlPath,
-    dataDirs: opts.keep ? nodes.map((n) => n.dataDir) : [],
+    dataDirs: opts.keep ? allNodes().map((n) => n.dataDir) : [],
     verdict,
     report,
     exitCode,
     findings,
+    notes,
     counts: tracker.counts,
     events: writer?.events ?? 0,
     durationMs: Math.round(performance.now() - t0),
@@ -633,6 +843,7 @@ function spawnWorker(spec: WorkerSpec, record: Recorder, writer: () => HistoryWr
   const send = (m: DriverMessage) => {
     if (child.connected) child.send(m, (err) => void err);
   };
+  const gatedWaiters: (() => void)[] = [];
   child.on("message", (m: WorkerMessage) => {
     switch (m.t) {
       case "ready":
@@ -670,6 +881,9 @@ function spawnWorker(spec: WorkerSpec, record: Recorder, writer: () => HistoryWr
         stopped = true;
         stoppedError = m.error;
         return;
+      case "gated":
+        gatedWaiters.shift()?.();
+        return;
     }
   });
   const exited = new Promise<{ code: number | null; signal: string | null; stopped: boolean; error?: string }>((resolve) => {
@@ -687,8 +901,21 @@ function spawnWorker(spec: WorkerSpec, record: Recorder, writer: () => HistoryWr
       }
     });
   });
+  void exited.then(() => {
+    for (const w of gatedWaiters.splice(0)) w();
+  });
+  const gate = (open: boolean): Promise<void> => {
+    if (!child.connected) return Promise.resolve();
+    if (open) {
+      send({ t: "gate", open });
+      return Promise.resolve();
+    }
+    const p = new Promise<void>((resolve) => gatedWaiters.push(resolve));
+    send({ t: "gate", open });
+    return p;
+  };
   send({ t: "init", spec });
-  return { index: spec.worker, spec, child, ready, exited, stderrTail: () => stderr };
+  return { index: spec.worker, spec, child, ready, gate, exited, stderrTail: () => stderr };
 }
 
 async function stopWorkers(workers: WorkerHandle[], findings: Finding[]): Promise<void> {

@@ -12,7 +12,8 @@ export {
   type RunProgress,
   type Finding,
 } from "./driver.js";
-export { WORKLOADS, WORKLOAD_NAMES, isWorkloadName, type WorkloadName, type WorkloadProfile } from "./workloads.js";
+export { WORKLOADS, WORKLOAD_NAMES, CHILD_DELAY_MS, CHILDREN_CYCLE, isWorkloadName, type WorkloadName, type WorkloadProfile, type ChildProfile } from "./workloads.js";
+export { LoadCycle, type CycleSpec } from "./cycle.js";
 export { calibrate, CALIBRATION_CASES, formatCalibrationTable, type CalibrationCase, type CalibrationRow, type CalibrationOptions } from "./calibrate.js";
 export { encodePayload, decodePayload } from "./ops.js";
 export { deriveSeed } from "./roles.js";

@@ -14,11 +14,14 @@
 //   through the fault proxy a connect that succeeded says nothing about the node behind it.
 // - Each request has a deadline (headers and body), so a paused node or a cut line turns into an
 //   `info` instead of a hung lane; undici then drops the connection and the next request opens one.
+// - A lane may be given several URLs (the nodes of a cluster): it sends each request to the next
+//   one in turn, so a delivery taken from one node is usually settled through another, and the
+//   receipt handle must route the ack to the owner. Credentials go with every request.
 // - The recorder decides when a request may leave (see protocol.ts): `invoke` resolves once the
 //   invoke line is written, and `complete` is called after the whole answer has been read.
 
 import { Client } from "undici";
-import type { CompletionType, OpF } from "./protocol.js";
+import type { CompletionType, Credentials, OpF } from "./protocol.js";
 
 export interface OpRecorder {
   /** Records the invoke; resolves when the request may be sent. */
@@ -106,31 +109,53 @@ interface Answer {
   body: Buffer;
 }
 
+export interface LaneOptions {
+  /** Deadline of one request beyond its long-poll wait, ms. */
+  requestTimeoutMs: number;
+  /** HTTP Basic credentials sent with every request. */
+  auth?: Credentials;
+  /** Which of the URLs the first request goes to (then each next one in turn). */
+  firstUrl?: number;
+}
+
 export class Lane {
   readonly process: string;
-  private readonly client: Client;
+  /** One client per URL; requests go to them in turn. */
+  private readonly clients: Client[];
+  private nextClient: number;
   private readonly recorder: OpRecorder;
   private readonly requestTimeoutMs: number;
+  private readonly authorization: string | undefined;
 
-  constructor(process: string, url: string, recorder: OpRecorder, requestTimeoutMs: number) {
+  constructor(process: string, urls: string | readonly string[], recorder: OpRecorder, opts: LaneOptions) {
     this.process = process;
     this.recorder = recorder;
-    this.requestTimeoutMs = requestTimeoutMs;
-    // One connection, no pipelining: a lane has one request in flight, like one client thread.
-    this.client = new Client(url, { pipelining: 1, connect: { timeout: requestTimeoutMs }, keepAliveTimeout: 4_000 });
+    this.requestTimeoutMs = opts.requestTimeoutMs;
+    const list = typeof urls === "string" ? [urls] : urls;
+    if (list.length === 0) throw new RangeError("a lane needs at least one URL");
+    // One connection per node, no pipelining: a lane has one request in flight, like one client thread.
+    this.clients = list.map((url) => new Client(url, { pipelining: 1, connect: { timeout: opts.requestTimeoutMs }, keepAliveTimeout: 4_000 }));
+    this.nextClient = (opts.firstUrl ?? 0) % this.clients.length;
+    this.authorization = opts.auth === undefined ? undefined : `Basic ${Buffer.from(`${opts.auth.user}:${opts.auth.password}`, "utf8").toString("base64")}`;
   }
 
   close(): Promise<void> {
-    return this.client.destroy().catch(() => undefined);
+    return Promise.all(this.clients.map((c) => c.destroy().catch(() => undefined))).then(() => undefined);
   }
 
   private async send(method: "GET" | "POST", path: string, body: Buffer | null, extraWaitMs = 0): Promise<Answer> {
     const timeoutMs = this.requestTimeoutMs + extraWaitMs;
-    const res = await this.client.request({
+    // In turn over the nodes: consume on one, ack on the next, as a client of a cluster may.
+    const client = this.clients[this.nextClient]!;
+    this.nextClient = (this.nextClient + 1) % this.clients.length;
+    const headers: Record<string, string> = {};
+    if (body !== null) headers["content-type"] = "application/octet-stream";
+    if (this.authorization !== undefined) headers["authorization"] = this.authorization;
+    const res = await client.request({
       method,
       path,
       body: body ?? undefined,
-      headers: body !== null ? { "content-type": "application/octet-stream" } : undefined,
+      headers,
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
     });

@@ -27,7 +27,9 @@ export type DriverMessage =
   /** The invoke of the process's pending operation is recorded: send the request. */
   | { t: "go"; p: string }
   /** Finish the operation in progress, then end every lane and report `stopped`. */
-  | { t: "stop" };
+  | { t: "stop" }
+  /** Producers: produce only while open (load cycles). A close is answered with `gated`. */
+  | { t: "gate"; open: boolean };
 
 /** Worker → driver. */
 export type WorkerMessage =
@@ -35,7 +37,9 @@ export type WorkerMessage =
   | { t: "inv"; p: string; f: OpF; value: Record<string, unknown> }
   | { t: "done"; p: string; type: CompletionType; value: Record<string, unknown> }
   /** Every lane has ended (quota reached or stopped); the worker exits after this. */
-  | { t: "stopped"; error?: string };
+  | { t: "stopped"; error?: string }
+  /** The gate is closed: no lane of this worker sends another invoke until it opens. */
+  | { t: "gated" };
 
 /** Weights of what a consumer does with a delivery; zero weights are never picked. */
 export interface ConsumerMix {
@@ -100,13 +104,27 @@ export interface ReplayerSpec {
 
 export type RoleSpec = ProducerSpec | ConsumerSpec | ProberSpec | ReplayerSpec;
 
+/** HTTP Basic credentials of a client (security on). */
+export interface Credentials {
+  user: string;
+  password: string;
+}
+
 export interface WorkerSpec {
   /** Worker number, for names and seeds. */
   worker: number;
-  /** History process names, one per lane (a lane is one logical client with its own connection). */
+  /** History process names, one per lane (a lane is one logical client with its own connections). */
   processes: string[];
-  /** Where the lanes connect: a node or the fault proxy in front of it. */
-  url: string;
+  /**
+   * Where the lanes connect: nodes, or the fault proxies in front of them. With several, each lane
+   * sends its requests to them in turn (lane i of worker w starts at w + i), so a cluster's
+   * requests spread over every node and most of them are forwarded.
+   */
+  urls: string[];
+  /** Sent with every request when the nodes run with security on. */
+  auth?: Credentials;
+  /** Producers wait for the driver to open their gate before the first produce (load cycles). */
+  gateClosed?: boolean;
   seed: number;
   /** Deadline of one request beyond its long-poll wait, ms. */
   requestTimeoutMs: number;
@@ -116,6 +134,8 @@ export interface WorkerSpec {
 /** Fault schedule of a workload (see the nemesis). */
 export interface FaultSchedule {
   kinds: InjectedFaultKind[];
+  /** Which nodes: every node of the run (default), only the system under test, only the remote one. */
+  targets?: "all" | "main" | "remote";
   intervalMs: number;
   intervalJitterMs: number;
   holdMs: number;

@@ -37,6 +37,20 @@ export class Stopper {
     for (const w of [...this.wakers]) w();
   }
 
+  /** Calls `cb` at stop (at once if stopped); returns a function that cancels it. */
+  onStop(cb: () => void): () => void {
+    if (this.stoppingValue) {
+      cb();
+      return () => undefined;
+    }
+    const w = () => {
+      this.wakers.delete(w);
+      cb();
+    };
+    this.wakers.add(w);
+    return () => this.wakers.delete(w);
+  }
+
   /** Sleeps `ms`, or less if stopped meanwhile. */
   sleep(ms: number): Promise<void> {
     if (this.stoppingValue || ms <= 0) return Promise.resolve();
@@ -48,6 +62,39 @@ export class Stopper {
       };
       const timer = setTimeout(done, ms);
       this.wakers.add(done);
+    });
+  }
+}
+
+/**
+ * Lets producers produce only while it is open (the driver's load cycles: bursts, then quiet
+ * windows in which faults are injected). A lane checks it right before each produce; a closed gate
+ * holds it until the gate opens or the run stops. Open unless closed.
+ */
+export class Gate {
+  private openValue = true;
+  private readonly waiters = new Set<() => void>();
+
+  get open(): boolean {
+    return this.openValue;
+  }
+
+  set(open: boolean): void {
+    this.openValue = open;
+    if (open) for (const w of [...this.waiters]) w();
+  }
+
+  /** Resolves once the gate is open or `stopper` stopped. */
+  wait(stopper: Stopper): Promise<void> {
+    if (this.openValue || stopper.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        this.waiters.delete(done);
+        cancel();
+        resolve();
+      };
+      this.waiters.add(done);
+      const cancel = stopper.onStop(done);
     });
   }
 }
@@ -80,7 +127,7 @@ function backoffMs(prng: Prng, failures: number): number {
 // ---- producer ----------------------------------------------------------------------------------
 
 /** Produces until stopped or the quota is reached. Returns how many produces it made. */
-export async function runProducer(lane: Lane, spec: ProducerSpec, prng: Prng, stopper: Stopper, quotaMax: number): Promise<number> {
+export async function runProducer(lane: Lane, spec: ProducerSpec, prng: Prng, stopper: Stopper, quotaMax: number, gate?: Gate): Promise<number> {
   const quota = Math.min(spec.quotaPerLane ?? quotaMax, quotaMax);
   let next = performance.now();
   let failures = 0;
@@ -88,7 +135,12 @@ export async function runProducer(lane: Lane, spec: ProducerSpec, prng: Prng, st
   while (!stopper.stopping && seq < quota) {
     const waitMs = next - performance.now();
     if (waitMs > 0) await stopper.sleep(waitMs);
+    if (gate !== undefined && !gate.open) {
+      await gate.wait(stopper);
+      next = performance.now();
+    }
     if (stopper.stopping) break;
+    // No await from here to the invoke: a gate closed meanwhile is seen by the next produce.
     // Pacing without catch-up bursts: a late start does not make the next one early.
     next = Math.max(next + spec.intervalMs, performance.now());
     // Always three draws, so the sequence of choices depends only on the seed.

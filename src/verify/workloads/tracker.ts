@@ -77,7 +77,7 @@ export class RunTracker {
   private readonly acked = new Set<string>();
   private ackedOverflow = 0;
 
-  /** e2e only: deliveries per message, produced messages. */
+  /** Known-set runs only: deliveries per message (and path, off the main topic), produced messages. */
   readonly knownSet: boolean;
   readonly deliveryCount = new Map<string, number>();
   readonly producedOk = new Set<string>();
@@ -85,8 +85,12 @@ export class RunTracker {
   /** e2e: messages in producedOk not yet acked (kept as a count: checked ten times a second). */
   private producedUnacked = 0;
 
-  constructor(opts: { knownSet: boolean }) {
+  /** Duplicates on this topic are named by message id alone; on others, with the topic. */
+  private readonly mainTopic: string;
+
+  constructor(opts: { knownSet: boolean; mainTopic?: string }) {
     this.knownSet = opts.knownSet;
+    this.mainTopic = opts.mainTopic ?? "t";
   }
 
   invoke(p: string, f: string, value: Record<string, unknown>): void {
@@ -129,7 +133,8 @@ export class RunTracker {
         c.deliveries++;
         this.setLease(String(value["delivery"]), { topic, fromNs: timeNs });
         if (this.knownSet) {
-          const m = String(msg);
+          // Per path: a child's copy is a delivery of its own, not a duplicate of the parent's.
+          const m = topic === this.mainTopic ? String(msg) : `${String(msg)} on ${topic}`;
           const n = (this.deliveryCount.get(m) ?? 0) + 1;
           if (n > 1 || this.deliveryCount.size < TRACKED_MAX) this.deliveryCount.set(m, n);
           if (n === 2 && this.duplicates.length < 100) this.duplicates.push(m);
@@ -179,6 +184,13 @@ export class RunTracker {
       return;
     }
     this.leases.set(delivery, info);
+  }
+
+  /** Operations of kind `f` invoked and not yet completed. */
+  openCount(f: string): number {
+    let n = 0;
+    for (const o of this.open.values()) if (o.f === f) n++;
+    return n;
   }
 
   /** Messages acked with a 204 so far. */

@@ -10,7 +10,7 @@
 import { Prng } from "../nemesis/index.js";
 import { Lane, type OpRecorder } from "./ops.js";
 import type { CompletionType, DriverMessage, OpF, WorkerMessage, WorkerSpec } from "./protocol.js";
-import { Stopper, runConsumer, runProber, runProducer, runReplayer, deriveSeed } from "./roles.js";
+import { Gate, Stopper, runConsumer, runProber, runProducer, runReplayer, deriveSeed } from "./roles.js";
 
 /** Operations of one lane at most (a safety bound far above any run's). */
 const LANE_OPS_MAX = 10_000_000;
@@ -44,6 +44,7 @@ class IpcRecorder implements OpRecorder {
 
 const recorder = new IpcRecorder();
 const stopper = new Stopper();
+const gate = new Gate();
 let started = false;
 
 async function runLane(spec: WorkerSpec, lane: Lane, laneIndex: number): Promise<void> {
@@ -51,7 +52,7 @@ async function runLane(spec: WorkerSpec, lane: Lane, laneIndex: number): Promise
   const role = spec.role;
   switch (role.role) {
     case "producer":
-      await runProducer(lane, role, prng, stopper, LANE_OPS_MAX);
+      await runProducer(lane, role, prng, stopper, LANE_OPS_MAX, gate);
       return;
     case "consumer":
       await runConsumer(lane, role, prng, stopper, LANE_OPS_MAX);
@@ -66,7 +67,10 @@ async function runLane(spec: WorkerSpec, lane: Lane, laneIndex: number): Promise
 }
 
 async function run(spec: WorkerSpec): Promise<void> {
-  const lanes = spec.processes.map((p) => new Lane(p, spec.url, recorder, spec.requestTimeoutMs));
+  const lanes = spec.processes.map(
+    (p, i) =>
+      new Lane(p, spec.urls, recorder, { requestTimeoutMs: spec.requestTimeoutMs, firstUrl: spec.worker + i, ...(spec.auth ? { auth: spec.auth } : {}) }),
+  );
   let error: string | undefined;
   try {
     const results = await Promise.allSettled(lanes.map((l, i) => runLane(spec, l, i)));
@@ -88,6 +92,7 @@ process.on("message", (m: DriverMessage) => {
     case "init":
       if (started) return;
       started = true;
+      if (m.spec.gateClosed === true) gate.set(false);
       send({ t: "ready" });
       void run(m.spec).catch((e: Error) => finish(e.stack ?? e.message));
       return;
@@ -96,6 +101,11 @@ process.on("message", (m: DriverMessage) => {
       return;
     case "stop":
       stopper.stop();
+      return;
+    case "gate":
+      gate.set(m.open);
+      // Every invoke a lane sent before it saw the gate closed is already on the channel, ahead of this.
+      if (!m.open) send({ t: "gated" });
       return;
   }
 });

@@ -3,9 +3,12 @@
 
 import { test, describe } from "node:test";
 import assert from "node:assert/strict";
-import { Prng } from "../nemesis/index.js";
-import { decodePayload, encodePayload } from "./ops.js";
-import { deriveSeed, pickBehaviour, Stopper } from "./roles.js";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { Prng, type NodeProcess } from "../nemesis/index.js";
+import { Lane, decodePayload, encodePayload } from "./ops.js";
+import { Gate, deriveSeed, pickBehaviour, Stopper } from "./roles.js";
+import { LoadCycle, type CycleSpec } from "./cycle.js";
 import { RunTracker } from "./tracker.js";
 import { WORKLOADS, WORKLOAD_NAMES } from "./workloads.js";
 import { CALIBRATION_CASES, formatCalibrationTable, type CalibrationRow } from "./calibrate.js";
@@ -119,6 +122,24 @@ describe("tables", () => {
     assert.equal(WORKLOADS["power-loss"].powerLoss, true);
     assert.equal(WORKLOADS.partition.proxy, true);
     assert.equal(WORKLOADS.e2e.faults, null);
+    assert.equal(WORKLOADS.e2e.duplicatesFail, true);
+    assert.equal(WORKLOADS["e2e-chaos"].knownSet, true);
+    assert.equal(WORKLOADS["e2e-chaos"].duplicatesFail, false);
+    assert.deepEqual(WORKLOADS["e2e-chaos"].faults?.kinds, ["terminate"]);
+  });
+  test("the children workload: a fan-out, a delay and a remote child, with names of their own, and a cycle that fits the delay", () => {
+    const w = WORKLOADS.children;
+    assert.deepEqual(w.children.map((c) => c.kind).sort(), ["delay", "fanout", "remote"]);
+    const names = w.children.map((c) => c.topic);
+    assert.equal(new Set([...names, "t", "probe"]).size, names.length + 2);
+    const delay = w.children.find((c) => c.kind === "delay")!;
+    const cycle = w.cycle!;
+    assert.equal(cycle.delayMs, delay.delayMs);
+    // The faults' window closes before the burst's first delay copy is due, with room for a
+    // restart (about a second) before it.
+    assert.ok(cycle.delayMs - cycle.faultMarginMs - cycle.burstMs >= 2_000);
+    // The remote node is down through the next burst.
+    assert.ok(cycle.remoteHoldMs - cycle.remoteHoldJitterMs > cycle.gapMs);
   });
   test("each calibration configuration has a correct-build row expecting valid", () => {
     const configs = new Set(CALIBRATION_CASES.map((c) => c.config));
@@ -143,5 +164,140 @@ describe("tables", () => {
     assert.match(text, /PASS/);
     assert.match(text, /FAIL acks-not-persisted \/ chaos-terminate: expected invalid \(seed 3, \/tmp\/x\)/);
     assert.match(text, /1 of 2 rows FAIL/);
+  });
+});
+
+describe("load cycles (children workload)", () => {
+  class FakeNode {
+    running = true;
+    paused = false;
+    private boots = 0;
+    constructor(readonly name: string) {}
+    async kill(): Promise<object> {
+      this.running = false;
+      return { signal: "SIGKILL" };
+    }
+    async terminate(): Promise<object> {
+      this.running = false;
+      return { exit_code: 0 };
+    }
+    async start(): Promise<object> {
+      await new Promise((r) => setTimeout(r, 5));
+      this.running = true;
+      return { boot: `${this.name}-b${++this.boots}` };
+    }
+  }
+  const spec: CycleSpec = { burstMs: 30, burstProducesMin: 0, gapMs: 120, delayMs: 0, faultMarginMs: 0, windowMs: 90, holdMs: 10, holdJitterMs: 0, remoteHoldMs: 250, remoteHoldJitterMs: 0 };
+
+  function harness(caughtUp: () => boolean) {
+    const events: string[] = [];
+    let pending = 0;
+    let overlap = false;
+    const n1 = new FakeNode("n1");
+    const r1 = new FakeNode("r1");
+    const cycle = new LoadCycle({
+      spec,
+      seed: 7,
+      faults: ["kill"],
+      targets: [
+        { node: n1 as unknown as NodeProcess, role: "main" },
+        { node: r1 as unknown as NodeProcess, role: "remote" },
+      ],
+      record: (type, _f, v) => {
+        if (type === "invoke") {
+          if (pending > 0) overlap = true;
+          pending++;
+        } else pending--;
+        events.push(`${type} ${v.kind} ${v.node}`);
+      },
+      gate: async (open) => {
+        events.push(open ? "open" : "close");
+      },
+      producedOk: () => 0,
+      caughtUp: async () => caughtUp(),
+      onSkip: (n, why) => events.push(`skip ${n}: ${why}`),
+      ackFlushMs: 1,
+    });
+    return { cycle, events, n1, r1, overlap: () => overlap };
+  }
+
+  test("faults come in the quiet window after a burst, one recorded operation at a time; the remote node stays down through the next burst", async () => {
+    const h = harness(() => true);
+    h.cycle.start();
+    const deadline = performance.now() + 5_000;
+    while (!h.events.includes("ok start r1") && performance.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    await h.cycle.stop();
+    const e = h.events;
+    // On a loaded machine a window may be skipped; the first faults come after a burst all the same.
+    const k = e.indexOf("invoke kill n1");
+    assert.ok(k >= 2 && e[k - 1] === "close", e.join(", "));
+    assert.ok(e.slice(0, k).every((x) => x === "open" || x === "close" || x.startsWith("skip")), e.join(", "));
+    assert.deepEqual(e.slice(k, k + 4), ["invoke kill n1", "ok kill n1", "invoke kill r1", "ok kill r1"], e.join(", "));
+    // n1 comes back before the next burst; r1 only after it.
+    const nextOpen = e.indexOf("open", k);
+    assert.ok(e.indexOf("ok start n1") < nextOpen, e.join(", "));
+    assert.ok(e.indexOf("invoke start r1") > e.indexOf("close", nextOpen), e.join(", "));
+    assert.equal(h.overlap(), false, "two fault operations were pending at once");
+    assert.equal(h.cycle.settled, true);
+    assert.equal(e[e.length - 1], "close", "the gate stays closed after stop");
+  });
+
+  test("a window whose children have not caught up is skipped, and the run is not settled", async () => {
+    const h = harness(() => false);
+    h.cycle.start();
+    const deadline = performance.now() + 5_000;
+    while (h.cycle.skipped < 2 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    await h.cycle.stop();
+    assert.ok(h.cycle.skipped >= 2);
+    assert.equal(h.cycle.applied, 0);
+    assert.ok(!h.events.some((x) => x.startsWith("invoke kill")), h.events.join(", "));
+    assert.equal(h.cycle.settled, false);
+  });
+
+  test("a closed gate holds producers until it opens or the run stops", async () => {
+    const gate = new Gate();
+    const stopper = new Stopper();
+    assert.equal(gate.open, true);
+    await gate.wait(stopper);
+    gate.set(false);
+    let released = false;
+    const w = gate.wait(stopper).then(() => (released = true));
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(released, false);
+    gate.set(true);
+    await w;
+    gate.set(false);
+    const w2 = gate.wait(stopper);
+    stopper.stop();
+    await w2;
+  });
+});
+
+describe("lanes", () => {
+  test("a lane sends its requests to its URLs in turn, with credentials", async () => {
+    const seen: { server: number; auth: string | undefined }[] = [];
+    const servers = await Promise.all(
+      [0, 1, 2].map(
+        (i) =>
+          new Promise<Server>((resolve) => {
+            const s = createServer((req, res) => {
+              seen.push({ server: i, auth: req.headers.authorization });
+              res.writeHead(204).end();
+            });
+            s.listen(0, "127.0.0.1", () => resolve(s));
+          }),
+      ),
+    );
+    try {
+      const urls = servers.map((s) => `http://127.0.0.1:${(s.address() as AddressInfo).port}`);
+      const recorder = { invoke: async () => undefined, complete: () => undefined };
+      const lane = new Lane("p0", urls, recorder, { requestTimeoutMs: 2_000, firstUrl: 1, auth: { user: "u", password: "pw" } });
+      for (let i = 0; i < 4; i++) await lane.consume("t", 0);
+      await lane.close();
+      assert.deepEqual(seen.map((s) => s.server), [1, 2, 0, 1]);
+      for (const s of seen) assert.equal(s.auth, `Basic ${Buffer.from("u:pw").toString("base64")}`);
+    } finally {
+      for (const s of servers) s.close();
+    }
   });
 });

@@ -8,9 +8,23 @@
 // single fields (duration, rate, seed) without changing what the workload is.
 
 import type { ConsumerMix, FaultSchedule } from "./protocol.js";
+import type { CycleSpec } from "./cycle.js";
 
-export type WorkloadName = "e2e" | "chaos" | "steady" | "power-loss" | "pause" | "partition";
-export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "chaos", "steady", "power-loss", "pause", "partition"];
+export type WorkloadName = "e2e" | "e2e-chaos" | "chaos" | "steady" | "power-loss" | "pause" | "partition" | "children";
+export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "e2e-chaos", "chaos", "steady", "power-loss", "pause", "partition", "children"];
+
+/**
+ * A child topic attached to the main topic before any produce. fanout and delay children live on
+ * the system under test; a remote child lives on a second, separate Narad (one node, security on)
+ * that the run starts, and the copies reach it through its HTTP API with credentials.
+ */
+export interface ChildProfile {
+  topic: string;
+  kind: "fanout" | "delay" | "remote";
+  /** delay children only. */
+  delayMs?: number;
+  partitions: number;
+}
 
 export interface WorkloadProfile {
   name: WorkloadName;
@@ -33,8 +47,22 @@ export interface WorkloadProfile {
   prober: boolean;
   /** Replay random pages while the load runs. */
   replayer: boolean;
-  /** e2e: produce a known set, consume until all of it is acked, fail on any duplicate at all. */
+  /**
+   * Produce a known set (rate × duration; with faults, what got a 202 by the end of the
+   * duration), consume until all of it is acked, or fail at a deadline.
+   */
   knownSet: boolean;
+  /** Fail the run on any delivery of a message after its first, explained or not (e2e). */
+  duplicatesFail: boolean;
+  /** Children of the main topic, attached before the load starts. */
+  children: ChildProfile[];
+  /** Consumer processes (of `consumerLanes` lanes each) per child path. */
+  childConsumers: number;
+  /**
+   * Load cycles (cycle.ts): produce in bursts and inject each fault in the quiet window after one,
+   * when no copy to a child is in flight; null: continuous load, faults from the nemesis.
+   */
+  cycle: CycleSpec | null;
   faults: FaultSchedule | null;
   /** Nodes run in the test-only power-loss mode. */
   powerLoss: boolean;
@@ -48,6 +76,31 @@ const ACK_ONLY: ConsumerMix = { ack: 1, nack: 0, extend: 0, slow: 0, lapse: 0, l
 /** Under faults: mostly acks, a few nacks and extends so those paths meet the faults too. */
 const FAULT_MIX: ConsumerMix = { ack: 90, nack: 4, extend: 3, slow: 3, lapse: 0, late: 0 };
 const STEADY_MIX: ConsumerMix = { ack: 66, nack: 8, extend: 7, slow: 8, lapse: 7, late: 4 };
+
+/** The delay child's delay in the children workload. */
+export const CHILD_DELAY_MS = 5_000;
+
+/**
+ * The children workload's cycle (cycle.ts has the rules): a 500 ms burst (at least 20 produces);
+ * its faults at the latest 4 s after it: room for slow copies on a loaded machine, 0.5 s (a slow
+ * graceful stop) before the burst's first delay copy falls due, and time for the parent's owner
+ * to be back before it (a restart takes 0.5 to 2.5 s here), so a node that gets restarts wrong
+ * copies the burst early. The next burst 2.5 s after the pause, or once the parent's owner is
+ * back. The remote node stays down 3 ± 0.2 s: through the next burst. The next faults come once
+ * the burst's delay copies are made (≥ 6.3 s after the pause).
+ */
+export const CHILDREN_CYCLE: CycleSpec = {
+  burstMs: 500,
+  burstProducesMin: 20,
+  gapMs: 2_500,
+  delayMs: CHILD_DELAY_MS,
+  faultMarginMs: 500,
+  windowMs: 2_000,
+  holdMs: 200,
+  holdJitterMs: 100,
+  remoteHoldMs: 3_000,
+  remoteHoldJitterMs: 200,
+};
 
 const BASE = {
   durationS: 20,
@@ -65,6 +118,10 @@ const BASE = {
   prober: false,
   replayer: true,
   knownSet: false,
+  duplicatesFail: false,
+  children: [],
+  childConsumers: 1,
+  cycle: null,
   faults: null,
   powerLoss: false,
   proxy: false,
@@ -82,6 +139,20 @@ export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
     visibilityTimeoutMs: 10_000,
     mix: ACK_ONLY,
     knownSet: true,
+    duplicatesFail: true,
+  },
+  "e2e-chaos": {
+    ...BASE,
+    name: "e2e-chaos",
+    summary: "the e2e known set while a random node is stopped (SIGTERM, SIGKILL after 10 s) every few seconds and started again; every message acked before the deadline, every redelivery explained",
+    durationS: 10,
+    // Below e2e's: a third of the requests meet a node that is down, and consumers must keep up.
+    rate: 150,
+    // Long enough that no lease lapses on a busy machine; redeliveries come from the stops only.
+    visibilityTimeoutMs: 5_000,
+    mix: ACK_ONLY,
+    knownSet: true,
+    faults: { kinds: ["terminate"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_000, holdJitterMs: 500 },
   },
   chaos: {
     ...BASE,
@@ -123,6 +194,27 @@ export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
     // Shorter than most cuts, for the same reason as in pause.
     requestTimeoutMs: 1_000,
     faults: { kinds: ["cut", "latency"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_500, holdJitterMs: 500 },
+  },
+  children: {
+    ...BASE,
+    name: "children",
+    summary: "a parent with a fan-out, a delay and a remote child (on a second Narad, security on), consumers on every path; the parent's node and the remote node are terminated or killed in turn and started again",
+    durationS: 20,
+    // Fewer processes than the other workloads: three more paths to consume, and a second node.
+    producers: 1,
+    consumers: 1,
+    // Every path is judged on its own: the parent and each child get their own consumers.
+    childConsumers: 1,
+    children: [
+      { topic: "t.fan", kind: "fanout", partitions: 2 },
+      { topic: "t.delay", kind: "delay", delayMs: CHILD_DELAY_MS, partitions: 2 },
+      // A name no topic of the system under test has: the checker tells paths apart by name.
+      { topic: "remote-t", kind: "remote", partitions: 2 },
+    ],
+    // The parent's owner and the remote node, in the quiet windows of the load cycle (cycle.ts,
+    // which also sets when and how long); without the cycle, the nemesis's usual schedule.
+    faults: { kinds: ["terminate", "kill"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_000, holdJitterMs: 500 },
+    cycle: CHILDREN_CYCLE,
   },
 };
 

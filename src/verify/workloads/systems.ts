@@ -1,0 +1,257 @@
+// The systems a run drives, and how it sets them up: the system under test (one node, or a
+// cluster of nodes coordinated through a PostgreSQL control plane) and, for a remote child, a
+// second, separate Narad (one node, security on) that plays "another cluster".
+//
+// Design note.
+// - Every node is a NodeProcess of the nemesis (src/verify/nemesis/process.ts): a real
+//   `bin/narad server start` process whose faults carry their evidence (exit signal, new pid and
+//   boot id). Node ids are given, never generated, so they are distinct across both systems: the
+//   checker attributes a fault of node N to the deliveries whose owner is N, and a remote node that
+//   shared an id with a local one would make it explain the wrong deliveries. Main nodes are
+//   n1..nN, the remote node r1.
+// - A cluster's control plane is an embedded PostgreSQL started for the run (the helper of
+//   src/cluster/local.ts, loaded only when a cluster is asked for), or an existing one given by
+//   URL (NARAD_VERIFY_CONTROL_PLANE), in which case the run uses a fresh database of its own.
+//   The first node starts alone (it runs the schema migrations and creates the admin user), the
+//   others together after it.
+// - Security on: nodes start without --dev, with NARAD_ADMIN_PASSWORD; the driver sets up as
+//   admin and creates the user the workers use, `verify`, with grants `produce` and `consume` on
+//   `*` (so a forwarded request is authorized at the node it reached and again at the owner, as
+//   any client's would be). On the remote system a second user, `copier`, may only produce to the
+//   remote child's topic: the parent's node pushes the copies with its credentials.
+// - Setup waits on conditions with deadlines, never on fixed sleeps: a cluster's nodes learn of
+//   topics and grants through the control plane, so the run starts only once every node answers
+//   for every topic with the workers' credentials.
+// - Nothing here imports server code: it talks HTTP, like any client.
+
+import { request } from "undici";
+import type { NodeProcess } from "../nemesis/index.js";
+import type { Proxy } from "../proxy/index.js";
+import type { Credentials, TopicSpec } from "./protocol.js";
+
+export const SYSTEM_LIMITS = {
+  /** For every node to see every topic and grant (cluster: through the control plane). */
+  setupVisibleTimeoutMs: 30_000,
+  /** One setup request. */
+  setupRequestTimeoutMs: 10_000,
+  /** After the load, for every child to have caught up with its parent. */
+  childCatchUpTimeoutMs: 60_000,
+  /** Poll interval of the waits above. */
+  pollMs: 100,
+} as const;
+
+/** The admin password of the nodes a run starts with security on (test-only nodes, temp dirs). */
+export const ADMIN_PASSWORD = "verify-admin-password";
+/** The user the workload's clients are. */
+export const CLIENT_USER: Credentials = { user: "verify", password: "verify-client-password" };
+/** The user a remote child's copies are pushed as. */
+export const COPIER_USER: Credentials = { user: "copier", password: "verify-copier-password" };
+
+export interface RunSystem {
+  /** "main": the system under test; "remote": the other Narad a remote child copies to. */
+  role: "main" | "remote";
+  nodes: NodeProcess[];
+  /** Fault proxies in front of the nodes (clients go through them), or none. */
+  proxies: Proxy[];
+  /** Credentials of the setup requests (admin), or null with security off. */
+  admin: Credentials | null;
+  /** Credentials of the workers, or null with security off. */
+  client: Credentials | null;
+}
+
+/** Where a system's clients connect: its proxies when it has them, else its nodes. */
+export function clientUrls(s: RunSystem): string[] {
+  return s.proxies.length > 0 ? s.proxies.map((p) => `http://127.0.0.1:${p.address.port}`) : s.nodes.map((n) => n.url);
+}
+
+export function basicAuth(c: Credentials | null): Record<string, string> {
+  return c === null ? {} : { authorization: `Basic ${Buffer.from(`${c.user}:${c.password}`, "utf8").toString("base64")}` };
+}
+
+interface Answer {
+  status: number;
+  text: string;
+}
+
+async function call(url: string, method: string, path: string, auth: Credentials | null, body?: unknown): Promise<Answer> {
+  const res = await request(`${url}${path}`, {
+    method: method as "GET",
+    headers: { ...basicAuth(auth), ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    headersTimeout: SYSTEM_LIMITS.setupRequestTimeoutMs,
+    bodyTimeout: SYSTEM_LIMITS.setupRequestTimeoutMs,
+  });
+  return { status: res.statusCode, text: await res.body.text() };
+}
+
+async function must(what: string, p: Promise<Answer>, ...ok: number[]): Promise<Answer> {
+  const a = await p;
+  if (!ok.includes(a.status)) throw new Error(`${what}: ${a.status} ${a.text.slice(0, 300)}`);
+  return a;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `probe` until it answers true, or throws `what` after the deadline. */
+async function waitUntil(what: string, timeoutMs: number, probe: () => Promise<boolean>, signal?: AbortSignal): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  let last = "";
+  for (;;) {
+    if (signal?.aborted) return;
+    try {
+      if (await probe()) return;
+    } catch (e) {
+      last = `: ${(e as Error).message}`;
+    }
+    if (performance.now() > deadline) throw new Error(`${what} within ${timeoutMs} ms${last}`);
+    await sleep(SYSTEM_LIMITS.pollMs);
+  }
+}
+
+/** Security on: creates the workers' user (and, on a remote system, the copier) with their grants. */
+export async function createUsers(s: RunSystem, remoteTopics: string[]): Promise<void> {
+  if (s.admin === null || s.client === null) return;
+  const url = s.nodes[0]!.url;
+  const add = async (c: Credentials, grants: [string, string][]) => {
+    await must(`creating user ${c.user}`, call(url, "POST", "/v1/users", s.admin, { name: c.user, password: c.password }), 201);
+    for (const [action, pattern] of grants) {
+      await must(`granting ${action} on ${pattern} to ${c.user}`, call(url, "POST", `/v1/users/${c.user}/grants`, s.admin, { action, pattern }), 201);
+    }
+  };
+  await add(s.client, [
+    ["produce", "*"],
+    ["consume", "*"],
+  ]);
+  if (s.role === "remote") await add(COPIER_USER, remoteTopics.map((t) => ["produce", t] as [string, string]));
+}
+
+/** Creates the topics (as admin, on the first node) and waits until every node serves them to the workers. */
+export async function createTopics(s: RunSystem, topics: TopicSpec[], signal?: AbortSignal): Promise<void> {
+  const url = s.nodes[0]!.url;
+  for (const t of topics) {
+    await must(
+      `creating topic ${t.name}`,
+      call(url, "POST", "/v1/topics", s.admin, { name: t.name, partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }),
+      201,
+    );
+  }
+  // Every node, with the workers' credentials: the topic and the grants have reached it.
+  for (const n of s.nodes) {
+    for (const t of topics) {
+      await waitUntil(
+        `node ${n.name} did not serve topic ${t.name} to the workers' user`,
+        SYSTEM_LIMITS.setupVisibleTimeoutMs,
+        async () => {
+          const a = await call(n.url, "GET", `/v1/topics/${encodeURIComponent(t.name)}/partitions/0/messages?offset=0&limit=1`, s.client);
+          return a.status === 200;
+        },
+        signal,
+      );
+    }
+  }
+}
+
+export interface ChildLinkSpec {
+  topic: string;
+  kind: "fanout" | "delay" | "remote";
+  delayMs?: number;
+}
+
+/** Attaches the children to `parent` on the system under test; a remote child points at `remote`. */
+export async function attachChildren(main: RunSystem, parent: string, children: ChildLinkSpec[], remote: RunSystem | null): Promise<void> {
+  const url = main.nodes[0]!.url;
+  for (const c of children) {
+    let body: Record<string, unknown>;
+    if (c.kind === "remote") {
+      if (remote === null) throw new Error(`remote child ${c.topic} without a remote system`);
+      // Straight to the remote node (never through a proxy of the system under test).
+      body = { topic: c.topic, kind: "remote", url: remote.nodes[0]!.url, ...(remote.admin !== null ? { credentials: COPIER_USER } : {}) };
+    } else {
+      body = { topic: c.topic, kind: c.kind, ...(c.kind === "delay" ? { delay_ms: c.delayMs } : {}) };
+    }
+    await must(`attaching child ${c.topic} (${c.kind}) to ${parent}`, call(url, "POST", `/v1/topics/${encodeURIComponent(parent)}/children`, main.admin, body), 201);
+  }
+}
+
+const LAG_RE = /^narad_child_lag_messages\{([^}]*)\}\s+(\S+)/gm;
+
+/** Messages of `parent` not yet copied to each child, summed over the nodes (each reports what it owns). */
+export async function childLag(s: RunSystem, parent: string, children: string[]): Promise<Map<string, number>> {
+  const lag = new Map<string, number>(children.map((c) => [c, 0]));
+  const seen = new Set<string>();
+  for (const n of s.nodes) {
+    const a = await call(n.url, "GET", "/metrics", s.admin);
+    if (a.status !== 200) throw new Error(`GET /metrics of ${n.name}: ${a.status}`);
+    for (const m of a.text.matchAll(LAG_RE)) {
+      const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1]!, x[2]!]));
+      if (labels["parent"] !== parent || !lag.has(labels["child"]!)) continue;
+      seen.add(labels["child"]!);
+      lag.set(labels["child"]!, lag.get(labels["child"]!)! + Number(m[2]));
+    }
+  }
+  // A child no node reports on cannot be shown caught up.
+  for (const c of children) if (!seen.has(c)) lag.set(c, Number.NaN);
+  return lag;
+}
+
+/**
+ * Waits until every child has caught up with its parent (no parent message left to copy), so the
+ * final drain of a child path begins after every copy it is owed was made: the checker judges a
+ * copy `lost` when the path's final drain began after its produce completed (plus a delay
+ * child's delay) and the copy never came. Returns the children still behind at the deadline.
+ */
+export async function waitChildrenCaughtUp(s: RunSystem, parent: string, children: string[], signal?: AbortSignal): Promise<Map<string, number>> {
+  const deadline = performance.now() + SYSTEM_LIMITS.childCatchUpTimeoutMs;
+  let lag = new Map<string, number>();
+  for (;;) {
+    if (signal?.aborted) return new Map();
+    try {
+      lag = await childLag(s, parent, children);
+      if ([...lag.values()].every((n) => n === 0)) return new Map();
+    } catch {
+      // A node that does not answer now may later; the deadline bounds it.
+    }
+    if (performance.now() > deadline) return new Map([...lag].filter(([, n]) => n !== 0));
+    await sleep(SYSTEM_LIMITS.pollMs);
+  }
+}
+
+/** A control plane for a cluster run: a fresh database on an existing server, or an embedded PostgreSQL. */
+export interface ControlPlane {
+  url: string;
+  stop(): Promise<void>;
+}
+
+export async function startControlPlane(existingUrl: string | undefined): Promise<ControlPlane> {
+  if (existingUrl !== undefined && existingUrl !== "") {
+    // A database of its own, so runs sharing a server never see each other's topics.
+    const pg = (await import("pg")).default;
+    const name = `narad_verify_${process.pid}_${Date.now()}`;
+    const admin = new pg.Client({ connectionString: existingUrl });
+    await admin.connect();
+    try {
+      await admin.query(`CREATE DATABASE ${name}`);
+    } finally {
+      await admin.end();
+    }
+    const u = new URL(existingUrl);
+    u.pathname = `/${name}`;
+    return {
+      url: u.toString(),
+      async stop() {
+        const c = new pg.Client({ connectionString: existingUrl });
+        await c.connect();
+        try {
+          await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+        } finally {
+          await c.end();
+        }
+      },
+    };
+  }
+  const { startEmbeddedPostgres } = await import("../../cluster/local.js");
+  const pg = await startEmbeddedPostgres();
+  return { url: pg.url, stop: () => pg.stop() };
+}
