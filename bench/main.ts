@@ -238,6 +238,50 @@ async function main(): Promise<void> {
       row("server RSS with 1 000 000 unacked messages (MiB)", rss.toFixed(0), "", rss / 300, "< 300 MiB (ratio to goal)");
     }
 
+    if (want("forward")) {
+      // Three nodes on an embedded PostgreSQL: the same load sent to a partition's owner and to a
+      // node that must forward it.
+      const { startCluster } = (await import(["../src/cluster/local", "js"].join("."))) as {
+        startCluster(o: { nodes: number; security: boolean }): Promise<{ urls: string[]; stop(): Promise<void> }>;
+      };
+      const cluster = await startCluster({ nodes: 3, security: false });
+      try {
+        const c0 = pool(cluster.urls[0]!, 128);
+        await createTopic(c0, "bench-fwd", 1);
+        const t = (await (await request(c0, "GET", "/v1/topics/bench-fwd")).body.toString()) as string;
+        const owner = (JSON.parse(t) as { placement: { node: string }[] }).placement[0]!.node;
+        const nodes = (JSON.parse((await request(c0, "GET", "/v1/nodes")).body.toString()) as { nodes: { id: string; url?: string; advertise_url?: string }[] }).nodes;
+        const ownerUrl = nodes.find((n) => n.id === owner)?.url ?? nodes.find((n) => n.id === owner)?.advertise_url;
+        const otherUrl = cluster.urls.find((u) => u !== ownerUrl) ?? cluster.urls[1]!;
+        const po = pool(ownerUrl ?? cluster.urls[0]!, 128);
+        const pf = pool(otherUrl, 128);
+        const produceVia = (p: Pool) => async () => {
+          const r = await p.request({ method: "POST", path: "/v1/topics/bench-fwd/messages", body: PAYLOAD });
+          await r.body.arrayBuffer();
+          if (r.statusCode !== 202) throw new Error(String(r.statusCode));
+          return 1;
+        };
+        const own = await closedLoop(64, SECONDS, produceVia(po));
+        const fwd = await closedLoop(64, SECONDS, produceVia(pf));
+        row("cluster produce via a non-owner vs the owner, 64 in flight (msgs/s)", fmt(fwd.perS), `owner ${fmt(own.perS)}`, fwd.perS / own.perS, ">= 0.7x (forwarding costs < 30%)");
+        const consumeVia = (p: Pool) => async () => {
+          const r = await p.request({ method: "POST", path: "/v1/topics/bench-fwd/consume" });
+          const h = r.headers["narad-receipt-handle"];
+          await r.body.arrayBuffer();
+          if (r.statusCode !== 200) throw new Error(String(r.statusCode));
+          const a = await p.request({ method: "POST", path: `/v1/topics/bench-fwd/ack?receipt_handle=${h}` });
+          await a.body.arrayBuffer();
+          return 1;
+        };
+        const ownC = await closedLoop(64, SECONDS, consumeVia(po));
+        const fwdC = await closedLoop(64, SECONDS, consumeVia(pf));
+        row("cluster consume+ack via a non-owner vs the owner, 64 in flight (msgs/s)", fmt(fwdC.perS), `owner ${fmt(ownC.perS)}`, fwdC.perS / ownC.perS, ">= 0.7x (forwarding costs < 30%)");
+        await Promise.all([c0.close(), po.close(), pf.close()]);
+      } finally {
+        await cluster.stop();
+      }
+    }
+
     if (want("checker")) {
       try {
         const mod = (await import(["./checker-bench", "js"].join("."))) as { benchChecker: () => Promise<{ events: number; seconds: number; eventsPerSecond: number; rssMiB: number }> };
