@@ -77,6 +77,7 @@ async function closedLoop(inFlight: number, seconds: number, op: () => Promise<n
   const lat: number[] = [];
   let ops = 0;
   let errors = 0;
+  let lastError = "";
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
   await Promise.all(
@@ -84,15 +85,20 @@ async function closedLoop(inFlight: number, seconds: number, op: () => Promise<n
       while (performance.now() < end) {
         const s = performance.now();
         try {
-          ops += await op();
+          // Not `ops += await op()`: that reads ops before the await and loses the other
+          // loops' counts (a regression test of sorts: every figure was 1/N of the truth).
+          const n = await op();
+          ops += n;
           lat.push(performance.now() - s);
-        } catch {
+        } catch (e) {
           errors++;
+          lastError = (e as Error).message;
         }
       }
     }),
   );
   const elapsed = (performance.now() - t0) / 1000;
+  if (errors > 0) process.stdout.write(`    (${errors} operations failed in this figure; ${lastError})\n`);
   lat.sort((a, b) => a - b);
   const pct = (p: number) => (lat.length ? lat[Math.min(lat.length - 1, Math.floor(lat.length * p))]! : NaN);
   return { ops, seconds: elapsed, perS: ops / elapsed, p50Ms: pct(0.5), p99Ms: pct(0.99), errors };
