@@ -368,7 +368,15 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       const topic = await createTopic({ partitions: 3 });
       const t0 = Date.now();
       const waiting = consume(topic, 15_000);
-      await sleep(200);
+      // Produce only once the poll is waiting on some node (the gauge counts waiting polls).
+      await waitFor(async () => {
+        let n = 0;
+        for (const u of d.urls) {
+          const m = /^narad_long_polls_waiting (\d+)/m.exec(await (await fetch(`${u}/metrics`)).text());
+          n += Number(m?.[1] ?? 0);
+        }
+        return n > 0;
+      }, { timeoutMs: 5000, what: "the long poll to be waiting" });
       await produce(topic, "wake up");
       const m = await waiting;
       const elapsed = Date.now() - t0;

@@ -90,19 +90,8 @@ export interface ClusterTopicMeta {
   created_at: number;
 }
 
-interface TopicMeta {
-  name: string;
-  incarnation: number;
-  partitions: number;
-  visibility_timeout_ms: number;
-  retention_ms: number;
-  owner: string | null;
-  /** Links to this topic's children, with what copying needs (remote URL and credentials). */
-  children: ChildLink[];
-  /** The topic this one is a child of. */
-  parent: { topic: string; kind: ChildJson["kind"] } | null;
-  created_at: number;
-}
+/** A topic's metadata: topic.json on one node, the control plane's row in a cluster. */
+type TopicMeta = ClusterTopicMeta;
 
 interface Waiter {
   max: number;
