@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
-import { encodeBinaryBatch, BATCH_BINARY_TYPE } from "../src/protocol/wire.js";
+import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE } from "../src/protocol/wire.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -54,9 +54,12 @@ async function baseline(mode: "plain" | "durable", dir: string): Promise<Proc> {
   return { url: `http://127.0.0.1:${m[1]}`, proc, stop: stopper(proc) };
 }
 
+/** BENCH_PROFILE_DIR=DIR writes a V8 CPU profile of the broker there when it stops. */
+const PROFILE_ARGS = process.env.BENCH_PROFILE_DIR ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE_DIR] : [];
+
 async function narad(dir: string): Promise<Proc> {
   const { proc, m } = await spawnUntil(
-    [join(ROOT, "bin/narad"), "server", "start", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0"],
+    [...PROFILE_ARGS, join(ROOT, "bin/narad"), "server", "start", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0"],
     /narad listening on (http:\/\/\S+)/,
     { NARAD_LOG_LEVEL: "warn", UV_THREADPOOL_SIZE: "16" },
   );
@@ -72,12 +75,13 @@ interface LoadResult {
   errors: number;
 }
 
-/** Keeps `inFlight` operations outstanding for `seconds`; `op` resolves to the count it did. */
-async function closedLoop(inFlight: number, seconds: number, op: () => Promise<number>): Promise<LoadResult> {
+/** Keeps `inFlight` operations outstanding for `seconds`; `op` resolves to the count it did. `pid`: the server, whose CPU use is printed. */
+async function closedLoop(inFlight: number, seconds: number, op: () => Promise<number>, pid?: number): Promise<LoadResult> {
   const lat: number[] = [];
   let ops = 0;
   let errors = 0;
   let lastError = "";
+  const cpu0 = await cpuSeconds(pid);
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
   await Promise.all(
@@ -98,10 +102,29 @@ async function closedLoop(inFlight: number, seconds: number, op: () => Promise<n
     }),
   );
   const elapsed = (performance.now() - t0) / 1000;
+  const cpu1 = await cpuSeconds(pid);
+  if (cpu0.server !== undefined && cpu1.server !== undefined) {
+    const used = cpu1.server - cpu0.server;
+    process.stdout.write(`    cpu: server ${(used / elapsed).toFixed(2)} cores (${ops > 0 ? ((used * 1e6) / ops).toFixed(1) : "-"} µs a message), load generator ${((cpu1.self - cpu0.self) / elapsed).toFixed(2)} cores\n`);
+  }
   if (errors > 0) process.stdout.write(`    (${errors} operations failed in this figure; ${lastError})\n`);
   lat.sort((a, b) => a - b);
   const pct = (p: number) => (lat.length ? lat[Math.min(lat.length - 1, Math.floor(lat.length * p))]! : NaN);
   return { ops, seconds: elapsed, perS: ops / elapsed, p50Ms: pct(0.5), p99Ms: pct(0.99), errors };
+}
+
+/** CPU seconds used so far by the server under test (`pid`) and by this load generator. */
+async function cpuSeconds(watchedPid: number | undefined): Promise<{ server?: number; self: number }> {
+  const u = process.cpuUsage();
+  const self = (u.user + u.system) / 1e6;
+  if (watchedPid === undefined) return { self };
+  try {
+    // /proc/PID/stat: utime and stime are fields 14 and 15, in clock ticks (100 a second here).
+    const f = (await readFile(`/proc/${watchedPid}/stat`, "utf8")).split(") ")[1]!.split(" ");
+    return { server: (Number(f[11]) + Number(f[12])) / 100, self };
+  } catch {
+    return { self };
+  }
 }
 
 async function request(pool: Pool, method: "GET" | "POST", path: string, body?: Buffer | string, headers?: Record<string, string>) {
@@ -174,12 +197,12 @@ async function main(): Promise<void> {
         if (r.statusCode !== 202) throw new Error(String(r.statusCode));
         return 1;
       };
-      const base = await closedLoop(64, SECONDS, produceOp(dp, "/v1/topics/x/messages"));
-      const plainB = await closedLoop(64, SECONDS, produceOp(pp, "/v1/topics/x/messages"));
-      const n = await closedLoop(64, SECONDS, produceOp(np, "/v1/topics/bench-produce/messages"));
+      const base = await closedLoop(64, SECONDS, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid);
+      const plainB = await closedLoop(64, SECONDS, produceOp(pp, "/v1/topics/x/messages"), plain.proc.pid);
+      const n = await closedLoop(64, SECONDS, produceOp(np, "/v1/topics/bench-produce/messages"), node.proc.pid);
       row("produce, 1 msg/request, 64 in flight (msgs/s)", fmt(n.perS), `fdatasync ${fmt(base.perS)}; plain ${fmt(plainB.perS)}`, n.perS / base.perS, ">= 0.8x fdatasync");
-      const l1b = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(dp, "/v1/topics/x/messages"));
-      const l1 = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(np, "/v1/topics/bench-produce/messages"));
+      const l1b = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid);
+      const l1 = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(np, "/v1/topics/bench-produce/messages"), node.proc.pid);
       row("produce latency at 1 in flight, p50 (ms)", l1.p50Ms.toFixed(3), `fdatasync ${l1b.p50Ms.toFixed(3)}`, l1.p50Ms / l1b.p50Ms, "");
       row("produce latency at 1 in flight, p99 (ms)", l1.p99Ms.toFixed(3), `fdatasync ${l1b.p99Ms.toFixed(3)}`, l1.p99Ms / l1b.p99Ms, `<= fdatasync p99 + 2 ms (${(l1b.p99Ms + 2).toFixed(3)})`);
     }
@@ -192,7 +215,7 @@ async function main(): Promise<void> {
         await r.body.arrayBuffer();
         if (r.statusCode !== 202) throw new Error(String(r.statusCode));
         return 100;
-      });
+      }, node.proc.pid);
       row("produce, batches of 100, 24 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~160 000 (recorded)", n.perS / 200_000, ">= 200 000 msgs/s (ratio to goal)");
     }
 
@@ -204,7 +227,7 @@ async function main(): Promise<void> {
         const r = await pp.request({ method: "POST", path: "/v1/topics/x/consume" });
         await r.body.arrayBuffer();
         return 1;
-      });
+      }, plain.proc.pid);
       const n = await closedLoop(64, SECONDS, async () => {
         const r = await np.request({ method: "POST", path: "/v1/topics/bench-consume/consume" });
         const h = r.headers["narad-receipt-handle"];
@@ -214,7 +237,7 @@ async function main(): Promise<void> {
         await a.body.arrayBuffer();
         if (a.statusCode !== 204) throw new Error(String(a.statusCode));
         return 1;
-      });
+      }, node.proc.pid);
       row("consume+ack, 1 msg/request, 64 in flight (msgs/s)", fmt(n.perS), `plain ${fmt(plainB.perS)} req/s`, n.perS / plainB.perS, ">= 0.5x plain");
     }
 
@@ -222,18 +245,20 @@ async function main(): Promise<void> {
       await createTopic(np, "bench-cbatch", 3);
       await prefill(np, "bench-cbatch", Math.min(160_000 * SECONDS, 2_000_000));
       const n = await closedLoop(8, SECONDS, async () => {
-        const r = await np.request({ method: "POST", path: "/v1/topics/bench-cbatch/consume/batch?max_messages=100" });
-        const j = (await r.body.json()) as { messages: { receipt_handle: string }[] };
-        if (j.messages.length === 0) return 0;
+        const r = await np.request({ method: "POST", path: "/v1/topics/bench-cbatch/consume/batch?max_messages=100", headers: { accept: DELIVERIES_TYPE } });
+        const ds = decodeDeliveries(Buffer.from(await r.body.arrayBuffer()));
+        if (typeof ds === "string") throw new Error(ds);
+        if (ds.length === 0) return 0;
         const a = await np.request({
           method: "POST",
           path: "/v1/topics/bench-cbatch/ack/batch",
-          body: JSON.stringify({ receipt_handles: j.messages.map((m) => m.receipt_handle) }),
+          body: JSON.stringify({ receipt_handles: ds.map((m) => m.receiptHandle) }),
           headers: { "content-type": "application/json" },
         });
         await a.body.arrayBuffer();
-        return j.messages.length;
-      });
+        if (a.statusCode !== 200) throw new Error(String(a.statusCode));
+        return ds.length;
+      }, node.proc.pid);
       row("consume+ack, batches of 100, 8 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~134 000 (recorded)", n.perS / 134_000, ">= 134 000 msgs/s (ratio to goal)");
     }
 

@@ -13,7 +13,7 @@ import { createServer, type Server } from "node:http";
 import { resolve } from "node:path";
 import { pino, type Logger } from "pino";
 import { Broker, type BrokerOptions } from "./broker/broker.js";
-import { IdentityError, loadIdentity } from "./broker/identity.js";
+import { IdentityError, loadIdentity, NODE_ID_RE } from "./broker/identity.js";
 import { LocalService } from "./broker/service.js";
 import { TestBugs, TEST_BUGS } from "./broker/test-bugs.js";
 import { createHttpServer, type NaradHttpServer } from "./http/server.js";
@@ -44,7 +44,6 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
   const dev = cfg.dev === true;

@@ -237,6 +237,26 @@ describe("SDK against a real node", () => {
       const again = await client.ackBatch(topic, [handles[0]!, "not-a-handle"]);
       assert.deepEqual(again.map((r) => r.status), [410, 400]);
       assert.deepEqual(await client.consumeBatch(topic, { maxMessages: 10 }), []);
+      assert.deepEqual(await client.consumeBatch(topic, { maxMessages: 10, encoding: "json" }), []);
+    });
+
+    it("consume batches in either encoding give the same messages: keys, bytes and owners", async () => {
+      const topic = topicName("consume-batch-enc");
+      await client.createTopic({ name: topic, partitions: 1 });
+      const sent = Array.from({ length: 6 }, (_, i) => ({ key: i % 2 ? `k${i}` : undefined, payload: Buffer.from([i, 0, 255, i]) }));
+      await client.produceBatch(topic, sent);
+      const bin = await client.consumeBatch(topic, { maxMessages: 3 });
+      const json = await client.consumeBatch(topic, { maxMessages: 3, encoding: "json" });
+      const all = [...bin, ...json].sort((a, b) => a.offset - b.offset);
+      assert.equal(all.length, 6);
+      all.forEach((m, i) => {
+        assert.deepEqual(Buffer.from(m.payload), sent[i]!.payload);
+        assert.equal(m.key, sent[i]!.key ?? null);
+        assert.equal(m.owner, node.nodeId);
+        assert.equal(m.deliveryCount, 1);
+      });
+      const acked = await client.ackBatch(topic, all.map((m) => m.receiptHandle));
+      assert.ok(acked.every((r) => r.status === 204));
     });
   });
 

@@ -922,7 +922,20 @@ export class Broker {
       }
       return r === "ok" ? 204 : 410;
     });
-    for (const s of out) this.metrics.settled.inc({ topic: topicName, action, result: s === 204 ? "ok" : s === 410 ? "gone" : s === 503 ? "unavailable" : "invalid" });
+    // Counted per outcome, not per handle: a labelled inc hashes its labels each time.
+    let ok = 0;
+    let gone = 0;
+    let unavailable = 0;
+    for (const s of out) {
+      if (s === 204) ok++;
+      else if (s === 410) gone++;
+      else if (s === 503) unavailable++;
+    }
+    const invalid = out.length - ok - gone - unavailable;
+    if (ok > 0) this.metrics.settled.inc({ topic: topicName, action, result: "ok" }, ok);
+    if (gone > 0) this.metrics.settled.inc({ topic: topicName, action, result: "gone" }, gone);
+    if (unavailable > 0) this.metrics.settled.inc({ topic: topicName, action, result: "unavailable" }, unavailable);
+    if (invalid > 0) this.metrics.settled.inc({ topic: topicName, action, result: "invalid" }, invalid);
     if (woke) this.wake(t);
     return out;
   }

@@ -25,7 +25,8 @@
 //   19..30      MAC: first 12 bytes of AES-128-ECB(key(node, boot), block)
 // where block = u32 topic incarnation | u16 partition | u48 offset | u32 delivery tag.
 
-import { createCipheriv, createHmac, timingSafeEqual } from "node:crypto";
+import assert from "node:assert/strict";
+import { createCipheriv, createHmac, timingSafeEqual, type Cipher } from "node:crypto";
 
 const VERSION = 2;
 const HANDLE_BYTES = 31;
@@ -42,7 +43,8 @@ export interface HandleFields {
 }
 
 export class HandleCodec {
-  private readonly keys = new Map<string, Buffer>();
+  /** Per issuer (node number, boot sequence): an AES-128-ECB cipher under its derived key. */
+  private readonly ciphers = new Map<string, Cipher>();
 
   constructor(
     private readonly secret: Buffer,
@@ -50,18 +52,24 @@ export class HandleCodec {
     readonly currentBootSeq: number,
   ) {}
 
-  private key(nodeNum: number, bootSeq: number): Buffer {
+  /**
+   * The issuer's cipher, made once and kept: ECB without padding turns each whole 16-byte block
+   * into its output at once, so one cipher object serves every update() and is never finished.
+   */
+  private cipher(nodeNum: number, bootSeq: number): Cipher {
     const id = `${nodeNum}/${bootSeq}`;
-    let k = this.keys.get(id);
-    if (k === undefined) {
-      k = createHmac("sha256", this.secret).update(`narad-handle-key/${id}`).digest().subarray(0, 16);
-      if (this.keys.size > 256) this.keys.clear(); // a bound; keys are cheap to derive again
-      this.keys.set(id, k);
+    let c = this.ciphers.get(id);
+    if (c === undefined) {
+      const key = createHmac("sha256", this.secret).update(`narad-handle-key/${id}`).digest().subarray(0, 16);
+      c = createCipheriv("aes-128-ecb", key, null);
+      c.setAutoPadding(false);
+      if (this.ciphers.size > 256) this.ciphers.clear(); // a bound; ciphers are cheap to make again
+      this.ciphers.set(id, c);
     }
-    return k;
+    return c;
   }
 
-  private macs(nodeNum: number, bootSeq: number, topicIncarnation: number, items: readonly HandleFields[]): Buffer {
+  private macs(nodeNum: number, bootSeq: number, topicIncarnation: number, items: readonly Omit<HandleFields, "bootSeq" | "nodeNum">[]): Buffer {
     const blocks = Buffer.allocUnsafe(items.length * 16);
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
@@ -71,22 +79,21 @@ export class HandleCodec {
       blocks.writeUIntBE(it.offset, at + 6, 6);
       blocks.writeUInt32BE(it.tag >>> 0, at + 12);
     }
-    const c = createCipheriv("aes-128-ecb", this.key(nodeNum, bootSeq), null);
-    c.setAutoPadding(false);
-    return c.update(blocks);
+    const out = this.cipher(nodeNum, bootSeq).update(blocks);
+    assert.equal(out.length, blocks.length); // ECB without padding holds nothing back
+    return out;
   }
 
   /** Mints handles for deliveries of the current boot, one cipher call for the lot. */
   mint(topicIncarnation: number, items: readonly Omit<HandleFields, "bootSeq" | "nodeNum">[]): string[] {
-    const full = items.map((i) => ({ ...i, nodeNum: this.currentNodeNum, bootSeq: this.currentBootSeq }));
-    const macs = this.macs(this.currentNodeNum, this.currentBootSeq, topicIncarnation, full);
+    const macs = this.macs(this.currentNodeNum, this.currentBootSeq, topicIncarnation, items);
     const out: string[] = new Array(items.length);
     const buf = Buffer.allocUnsafe(HANDLE_BYTES);
-    for (let i = 0; i < full.length; i++) {
-      const it = full[i]!;
-      buf.writeUInt8(VERSION, 0);
-      buf.writeUInt16BE(it.nodeNum, 1);
-      buf.writeUInt32BE(it.bootSeq, 3);
+    buf.writeUInt8(VERSION, 0);
+    buf.writeUInt16BE(this.currentNodeNum, 1);
+    buf.writeUInt32BE(this.currentBootSeq, 3);
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i]!;
       buf.writeUInt16BE(it.partition, 7);
       buf.writeUIntBE(it.offset, 9, 6);
       buf.writeUInt32BE(it.tag >>> 0, 15);

@@ -9,6 +9,9 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../storage/files.js";
 
+/** Node ids travel in headers, URLs and the binary consume answer (one length byte). */
+export const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
 export interface NodeIdentity {
   nodeId: string;
   bootId: string;
@@ -36,7 +39,7 @@ export async function loadIdentity(dataDir: string, nodeIdWanted: string | undef
   if (text !== undefined) {
     try {
       const j = JSON.parse(text) as Partial<NodeFile>;
-      if (typeof j.node_id !== "string" || typeof j.secret_hex !== "string" || !/^[0-9a-f]{64}$/.test(j.secret_hex) || !Number.isSafeInteger(j.boot_seq)) {
+      if (typeof j.node_id !== "string" || !NODE_ID_RE.test(j.node_id) || typeof j.secret_hex !== "string" || !/^[0-9a-f]{64}$/.test(j.secret_hex) || !Number.isSafeInteger(j.boot_seq)) {
         throw new Error("missing or malformed fields");
       }
       file = j as NodeFile;

@@ -18,9 +18,11 @@ import type { Dispatcher } from "undici";
 import {
   API_PREFIX,
   BATCH_BINARY_TYPE,
+  DELIVERIES_TYPE,
   DEFAULTS,
   HEADERS,
   LIMITS,
+  decodeDeliveries,
   encodeBinaryBatch,
   type AckBatchResult,
   type BatchProduceRequest,
@@ -134,6 +136,8 @@ export interface ConsumeOptions {
 export interface ConsumeBatchOptions extends ConsumeOptions {
   /** 1..100, default 10. */
   maxMessages?: number;
+  /** The answer's encoding: the compact binary one (default) or JSON with base64 payloads. */
+  encoding?: "binary" | "json";
 }
 
 export interface MessagesOptions {
@@ -180,6 +184,7 @@ export class Narad {
   readonly #hJson: HeaderMap;
   readonly #hOctet: HeaderMap;
   readonly #hBatch: HeaderMap;
+  readonly #hDeliveries: HeaderMap;
   readonly #topicPaths = new Map<string, string>();
   readonly #visibilityMs = new Map<string, number>();
 
@@ -198,6 +203,7 @@ export class Narad {
     this.#hJson = { ...auth, "content-type": "application/json" };
     this.#hOctet = { ...auth, "content-type": "application/octet-stream" };
     this.#hBatch = { ...auth, "content-type": BATCH_BINARY_TYPE };
+    this.#hDeliveries = { ...auth, accept: DELIVERIES_TYPE };
     this.#pool = new Pool(u.origin, {
       connections: opts.connections ?? CONNECTIONS_DEFAULT,
       pipelining: 1,
@@ -362,7 +368,13 @@ export class Narad {
     const waitMs = opts.waitMs ?? 0;
     const max = opts.maxMessages ?? 10;
     const path = `${this.#topicPath(topic)}/consume/batch?max_messages=${max}&wait_ms=${waitMs}`;
-    const res = await this.#call("POST", path, this.#hNone, undefined, "consume batch", waitMs, opts.signal);
+    const binary = opts.encoding !== "json";
+    const res = await this.#call("POST", path, binary ? this.#hDeliveries : this.#hNone, undefined, "consume batch", waitMs, opts.signal);
+    if (binary && header(res.headers, "content-type") === DELIVERIES_TYPE) {
+      const ds = decodeDeliveries(Buffer.from(await res.body.arrayBuffer()));
+      if (typeof ds === "string") throw new NaradAmbiguousError("malformed_response", `consume batch: the node answered a malformed batch of messages (${ds}); what it leased comes back after the visibility timeout`, 200);
+      return ds.map((d) => new Message(this, topic, d.payload, d.key === null ? null : d.key.toString("utf8"), d.partition, d.offset, d.deliveryCount, d.producedAtMs, d.receiptHandle, d.owner, d.ownerBoot));
+    }
     const body = (await res.body.json()) as ConsumeBatchResponse & { owner?: string; owner_boot?: string };
     // The owner may be named per message (a cluster node can gather from several owners), for
     // the whole batch, or only by the headers of the node that answered; take the most precise.

@@ -36,7 +36,7 @@
 
 import { randomBytes } from "node:crypto";
 import { NaradError, isErrorCode } from "../protocol/errors.js";
-import { encodeBinaryBatch, BATCH_BINARY_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
 import type { ChildLink } from "../broker/children.js";
@@ -50,7 +50,7 @@ import { ControlPlaneUnavailable, MoveRefused, NodeSuperseded } from "./errors.j
 import { Coalescer } from "./coalesce.js";
 import type { Ownership } from "./ownership.js";
 import { PeerError, type PeerResponse, type Peers } from "./peers.js";
-import { DELIVERIES_TYPE, INTERNAL_PREFIX, decodeDeliveries } from "./wire.js";
+import { INTERNAL_PREFIX } from "./wire.js";
 
 export interface ClusterServiceOptions {
   cp: ControlPlane;
@@ -652,16 +652,14 @@ export class ClusterService implements Service {
     if (res.status !== 200) throw errorFromPeer(res);
     const ds = decodeDeliveries(res.body);
     if (typeof ds === "string") throw new NaradError("forward_failed", `Node ${node} answered a malformed batch of messages: ${ds}.`);
-    const owner = header(res.headers, "narad-owner") ?? node;
-    const ownerBoot = header(res.headers, "narad-owner-boot") ?? "";
     return ds.map((x) => ({
       partition: x.partition,
       offset: x.offset,
       deliveryCount: x.deliveryCount,
       receiptHandle: x.receiptHandle,
       record: { offset: x.offset, producedAtMs: x.producedAtMs, key: x.key, payload: x.payload },
-      owner,
-      ownerBoot,
+      owner: x.owner,
+      ownerBoot: x.ownerBoot,
     }));
   }
 

@@ -22,11 +22,13 @@ import type { RequestContext, Service, SettleOutcome } from "../broker/service.j
 import type { ControlPlane } from "../cluster/control-plane.js";
 import type { Mover } from "../cluster/moves.js";
 import type { ClusterService, LocalSettleAction } from "../cluster/service.js";
-import { DELIVERIES_TYPE, INTERNAL_HEADERS, INTERNAL_PREFIX, encodeDeliveries, tokenMatches } from "../cluster/wire.js";
+import { INTERNAL_HEADERS, INTERNAL_PREFIX, tokenMatches } from "../cluster/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import {
   BATCH_BINARY_TYPE,
   decodeBinaryBatch,
+  DELIVERIES_TYPE,
+  encodeDeliveries,
   HEADERS,
   LIMITS,
   TOPIC_NAME_RE,
@@ -315,7 +317,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
-    const [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res), ctx.req);
+    const [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
     if (d === undefined) return sendEmpty(res, 204);
     const r = d.record;
     const headers: Record<string, string> = {
@@ -337,9 +339,28 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const topic = topicParam(p);
     const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
-    const ds = await svc.consume(topic, max, waitMs, abortOnClose(req, res), ctx.req);
+    const binary = wantsDeliveries(req);
+    const ds = await svc.consume(topic, max, waitMs, abortOnClose(req, res, waitMs), ctx.req);
+    if (binary) return sendDeliveries(res, ds);
     sendJson(res, 200, { messages: ds.map((d) => toJsonMessage(d, d.owner ?? nodeId, d.ownerBoot ?? bootId)), owner: nodeId, owner_boot: bootId });
   });
+  const sendDeliveries = (res: ServerResponse, ds: readonly Delivery[]): void => {
+    const body = encodeDeliveries(
+      ds.map((d) => ({
+        partition: d.partition,
+        offset: d.offset,
+        deliveryCount: d.deliveryCount,
+        producedAtMs: d.record.producedAtMs,
+        receiptHandle: d.receiptHandle,
+        owner: d.owner ?? nodeId,
+        ownerBoot: d.ownerBoot ?? bootId,
+        key: d.record.key,
+        payload: d.record.payload,
+      })),
+    );
+    res.writeHead(200, { "content-type": DELIVERIES_TYPE, "content-length": body.length, [HEADERS.owner]: nodeId, [HEADERS.ownerBoot]: bootId });
+    res.end(body);
+  };
 
   // ---- ack, extend, nack -----------------------------------------------------------------------
   on("POST", "/v1/topics/:topic/ack", "consume", async (_req, res, p, q, ctx) => {
@@ -507,7 +528,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       const max = queryInt(q, "max_messages", 1, 1, LIMITS.consumeBatchMax);
       const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
       const pollId = q.get("poll");
-      let signal = abortOnClose(req, res);
+      let signal = abortOnClose(req, res, waitMs);
       if (pollId !== null && waitMs > 0 && polls.size < LIMITS_POLLS_MAX && !polls.has(pollId)) {
         const ac = new AbortController();
         signal.addEventListener("abort", () => ac.abort(), { once: true });
@@ -515,12 +536,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         res.once("close", () => polls.delete(pollId));
         signal = ac.signal;
       }
-      const ds = await cs.consumeLocal(topicParam(p), max, waitMs, signal);
-      const body = encodeDeliveries(
-        ds.map((d) => ({ partition: d.partition, offset: d.offset, deliveryCount: d.deliveryCount, producedAtMs: d.record.producedAtMs, receiptHandle: d.receiptHandle, key: d.record.key, payload: d.record.payload })),
-      );
-      res.writeHead(200, { "content-type": DELIVERIES_TYPE, "content-length": body.length, [HEADERS.owner]: nodeId, [HEADERS.ownerBoot]: bootId });
-      res.end(body);
+      sendDeliveries(res, await cs.consumeLocal(topicParam(p), max, waitMs, signal));
     });
     internal("POST", "/polls/:poll/cancel", "none", (_req, res, p) => {
       polls.get(p.poll ?? "")?.abort();
@@ -678,10 +694,16 @@ function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): ConsumedM
   };
 }
 
+/** True when the client asked for the binary consume/batch answer (Accept names DELIVERIES_TYPE). */
+function wantsDeliveries(req: IncomingMessage): boolean {
+  const a = req.headers.accept;
+  return a !== undefined && a.includes(DELIVERIES_TYPE);
+}
+
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
-  res.end(text);
+  const bytes = Buffer.from(JSON.stringify(body)); // encoded once: not measured, then encoded again
+  res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
+  res.end(bytes);
 }
 
 function sendEmpty(res: ServerResponse, status: number): void {
@@ -695,7 +717,12 @@ function sendError(res: ServerResponse, e: NaradError): void {
   sendJson(res, e.status, e.toBody());
 }
 
-function abortOnClose(req: IncomingMessage, res: ServerResponse): AbortSignal {
+/** Never aborted: what a consume that does not wait gets, since it has nothing to give up. */
+const NEVER_ABORTED = new AbortController().signal;
+
+/** Aborts a long poll when its client goes away; a consume with wait_ms 0 needs none (the cost shows). */
+function abortOnClose(req: IncomingMessage, res: ServerResponse, waitMs: number): AbortSignal {
+  if (waitMs === 0) return NEVER_ABORTED;
   const ac = new AbortController();
   res.once("close", () => {
     if (!res.writableFinished) ac.abort();

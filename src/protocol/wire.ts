@@ -194,6 +194,101 @@ export function decodeBinaryBatch(body: Buffer): { key: string | null; payload: 
   return out;
 }
 
+/** Content type of a batch of leased messages in binary (consume/batch with this Accept, and between nodes). */
+export const DELIVERIES_TYPE = "application/vnd.narad.deliveries";
+
+/** One leased message in the binary consume/batch answer. */
+export interface WireDelivery {
+  partition: number;
+  offset: number;
+  deliveryCount: number;
+  producedAtMs: number;
+  receiptHandle: string;
+  /** The node holding the lease and its boot id. */
+  owner: string;
+  ownerBoot: string;
+  key: Buffer | null;
+  payload: Buffer;
+}
+
+const DELIVERY_FIXED_BYTES = 2 + 6 + 4 + 8 + 3 + 4 + 4;
+
+/**
+ * The binary answer to consume/batch (Accept: application/vnd.narad.deliveries), repeated until
+ * the end of the body, big-endian:
+ *
+ *   u16  partition            u48  offset            u32  delivery count
+ *   f64  produce time, ms since the epoch
+ *   u8   receipt handle length H, u8 owner length O, u8 owner boot length B
+ *   H + O + B bytes: the receipt handle, the owner's node id, its boot id (ASCII)
+ *   u32  key length + 1 (0 = no key), then the key bytes
+ *   u32  payload length, then the payload
+ *
+ * It carries what the JSON answer does, per message, without base64 and a JSON parse at either
+ * end. Node ids and boot ids are at most 64 ASCII characters, handles 42.
+ */
+export function encodeDeliveries(ds: readonly WireDelivery[]): Buffer {
+  let size = 0;
+  for (const d of ds) size += DELIVERY_FIXED_BYTES + d.receiptHandle.length + d.owner.length + d.ownerBoot.length + (d.key?.length ?? 0) + d.payload.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (const d of ds) {
+    at = out.writeUInt16BE(d.partition, at);
+    at = out.writeUIntBE(d.offset, at, 6);
+    at = out.writeUInt32BE(d.deliveryCount >>> 0, at);
+    at = out.writeDoubleBE(d.producedAtMs, at);
+    out[at++] = d.receiptHandle.length;
+    out[at++] = d.owner.length;
+    out[at++] = d.ownerBoot.length;
+    at += out.write(d.receiptHandle, at, "latin1");
+    at += out.write(d.owner, at, "latin1");
+    at += out.write(d.ownerBoot, at, "latin1");
+    at = out.writeUInt32BE(d.key === null ? 0 : d.key.length + 1, at);
+    if (d.key !== null) at += d.key.copy(out, at);
+    at = out.writeUInt32BE(d.payload.length, at);
+    at += d.payload.copy(out, at);
+  }
+  return out;
+}
+
+/** Decodes what encodeDeliveries made (payloads and keys are views of `b`); a string describing the fault for a malformed body. */
+export function decodeDeliveries(b: Buffer): WireDelivery[] | string {
+  const out: WireDelivery[] = [];
+  let at = 0;
+  const need = (n: number) => b.length - at >= n;
+  while (at < b.length) {
+    if (!need(23)) return `truncated delivery header at byte ${at}`;
+    const partition = b.readUInt16BE(at);
+    const offset = b.readUIntBE(at + 2, 6);
+    const deliveryCount = b.readUInt32BE(at + 8);
+    const producedAtMs = b.readDoubleBE(at + 12);
+    const hl = b[at + 20]!;
+    const ol = b[at + 21]!;
+    const bl = b[at + 22]!;
+    at += 23;
+    if (!need(hl + ol + bl + 4)) return `truncated receipt handle or owner at byte ${at}`;
+    const receiptHandle = b.toString("latin1", at, at + hl);
+    const owner = b.toString("latin1", at + hl, at + hl + ol);
+    const ownerBoot = b.toString("latin1", at + hl + ol, at + hl + ol + bl);
+    at += hl + ol + bl;
+    const kl = b.readUInt32BE(at);
+    at += 4;
+    let key: Buffer | null = null;
+    if (kl > 0) {
+      if (!need(kl - 1)) return `truncated key at byte ${at}`;
+      key = b.subarray(at, at + kl - 1);
+      at += kl - 1;
+    }
+    if (!need(4)) return `truncated payload length at byte ${at}`;
+    const pl = b.readUInt32BE(at);
+    at += 4;
+    if (!need(pl)) return `truncated payload at byte ${at}`;
+    out.push({ partition, offset, deliveryCount, producedAtMs, receiptHandle, owner, ownerBoot, key, payload: b.subarray(at, at + pl) });
+    at += pl;
+  }
+  return out;
+}
+
 // --- Added for the SDK (src/client): response envelopes and users/grants bodies. ---
 
 export interface TopicsResponse {

@@ -94,6 +94,17 @@ export async function readFullyAt(
   return done;
 }
 
+/** readFullyAt, on the calling thread: for data the page cache surely holds (see PartitionLog.readRuns). */
+export function readFullyAtSync(fd: number, buf: Buffer, offset: number, length: number, position: number): number {
+  let done = 0;
+  while (done < length) {
+    const n = fs.readSync(fd, buf, offset + done, length - done, position + done);
+    if (n === 0) break;
+    done += n;
+  }
+  return done;
+}
+
 /** Writes buf[start, end) at file position `position`, looping over short writes. */
 export function writeFullySync(fd: number, buf: Buffer, start: number, end: number, position: number): void {
   let off = start;
