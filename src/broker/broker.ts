@@ -321,6 +321,11 @@ export class Broker {
     return this.topic(name).toJson();
   }
 
+  /** 404 topic_not_found unless the topic exists (the check before a produce reads its body). */
+  assertTopic(name: string): void {
+    this.topic(name);
+  }
+
   async createTopic(req: { name: string; partitions?: number; visibility_timeout_ms?: number; retention_ms?: number }, owner: string | null): Promise<TopicJson> {
     this.assertOpen();
     const name = req.name;

@@ -205,7 +205,7 @@ export class Partition {
   }
 
   private lease(offset: number, deliveryCount: number, deadlineMs: number): Taken {
-    assert.ok(!this.leases.has(offset), `offset ${offset} leased twice`);
+    if (this.leases.has(offset)) assert.fail(`offset ${offset} leased twice`); // the message is built only on failure
     const tag = (this.tagSeq = (this.tagSeq + 1) >>> 0);
     this.leases.set(offset, { tag, deadlineMs, deliveryCount });
     this.heap.push(deadlineMs, offset, tag);

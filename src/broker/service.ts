@@ -67,7 +67,7 @@ export class LocalService implements Service {
   }
 
   async checkTopic(name: string): Promise<void> {
-    this.broker.getTopic(name);
+    this.broker.assertTopic(name);
   }
 
   createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {

@@ -280,7 +280,7 @@ export class FileAckLog implements AckLog {
   }
 
   ack(offset: number): void {
-    assert.ok(Number.isSafeInteger(offset) && offset >= 0, `bad offset ${offset}`);
+    if (!(Number.isSafeInteger(offset) && offset >= 0)) assert.fail(`bad offset ${offset}`); // the message is built only on failure
     if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
     if (!this.set.add(offset)) return;
     this.pending.pushAck(offset);
@@ -288,7 +288,7 @@ export class FileAckLog implements AckLog {
   }
 
   raiseFloor(offset: number): void {
-    assert.ok(Number.isSafeInteger(offset) && offset >= 0, `bad offset ${offset}`);
+    if (!(Number.isSafeInteger(offset) && offset >= 0)) assert.fail(`bad offset ${offset}`); // the message is built only on failure
     if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
     if (!this.set.raiseFloor(offset)) return;
     this.pending.pushFloor(offset);

@@ -242,7 +242,7 @@ export class FilePartitionLog implements PartitionLog {
     if (this.closing) {
       return { baseOffset, durable: rejectedHandled(new StorageError("log_closed", `partition log ${this.dir} is closed`)) };
     }
-    assert.ok(Number.isSafeInteger(producedAtMs) && producedAtMs >= 0, `bad producedAtMs ${producedAtMs}`);
+    if (!(Number.isSafeInteger(producedAtMs) && producedAtMs >= 0)) assert.fail(`bad producedAtMs ${producedAtMs}`); // the message is built only on failure
     const n = records.length;
     let total = 0;
     for (let i = 0; i < n; i++) {
@@ -591,7 +591,7 @@ export class FilePartitionLog implements PartitionLog {
 
   async read(fromOffset: number, maxRecords: number, maxBytes: number): Promise<StoredRecord[]> {
     if (this.closing) throw new StorageError("log_closed", `partition log ${this.dir} is closed`);
-    assert.ok(Number.isSafeInteger(fromOffset), `bad fromOffset ${fromOffset}`);
+    if (!Number.isSafeInteger(fromOffset)) assert.fail(`bad fromOffset ${fromOffset}`); // the message is built only on failure
     this.readsInFlight++;
     try {
       return await this.readRuns(fromOffset, maxRecords, maxBytes);
