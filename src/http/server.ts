@@ -166,7 +166,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   );
   on("GET", "/metrics", "user", async (_req, res) => {
     const text = await svc.metrics.registry.metrics();
-    res.writeHead(200, { "content-type": svc.metrics.registry.contentType });
+    head(res, 200, ["content-type", svc.metrics.registry.contentType]);
     res.end(text);
   });
 
@@ -320,19 +320,19 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
     if (d === undefined) return sendEmpty(res, 204);
     const r = d.record;
-    const headers: Record<string, string> = {
-      "content-type": "application/octet-stream",
-      "content-length": String(r.payload.length),
-      [HEADERS.receiptHandle]: d.receiptHandle,
-      [HEADERS.partition]: String(d.partition),
-      [HEADERS.offset]: String(d.offset),
-      [HEADERS.deliveryCount]: String(d.deliveryCount),
-      [HEADERS.producedAt]: String(r.producedAtMs),
-      [HEADERS.owner]: d.owner ?? nodeId,
-      [HEADERS.ownerBoot]: d.ownerBoot ?? bootId,
-    };
-    if (r.key !== null) headers[HEADERS.key] = encodeURIComponent(r.key.toString("utf8"));
-    res.writeHead(200, headers);
+    const headers = [
+      "content-type", "application/octet-stream",
+      "content-length", String(r.payload.length),
+      HEADERS.receiptHandle, d.receiptHandle,
+      HEADERS.partition, String(d.partition),
+      HEADERS.offset, String(d.offset),
+      HEADERS.deliveryCount, String(d.deliveryCount),
+      HEADERS.producedAt, String(r.producedAtMs),
+      HEADERS.owner, d.owner ?? nodeId,
+      HEADERS.ownerBoot, d.ownerBoot ?? bootId,
+    ];
+    if (r.key !== null) headers.push(HEADERS.key, encodeURIComponent(r.key.toString("utf8")));
+    head(res, 200, headers);
     res.end(r.payload);
   });
   on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q, ctx) => {
@@ -358,7 +358,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         payload: d.record.payload,
       })),
     );
-    res.writeHead(200, { "content-type": DELIVERIES_TYPE, "content-length": body.length, [HEADERS.owner]: nodeId, [HEADERS.ownerBoot]: bootId });
+    head(res, 200, ["content-type", DELIVERIES_TYPE, "content-length", String(body.length), HEADERS.owner, nodeId, HEADERS.ownerBoot, bootId]);
     res.end(body);
   };
 
@@ -396,7 +396,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const limit = Math.min(queryInt(q, "limit", LIMITS.replayLimitDefault, 1, Number.MAX_SAFE_INTEGER), LIMITS.replayLimitMax);
     const r = await svc.replay(topic, partition, offset, limit, ctx.req);
     if ("json" in r) {
-      res.writeHead(200, { "content-type": "application/json", "content-length": r.json.length });
+      head(res, 200, ["content-type", "application/json", "content-length", String(r.json.length)]);
       res.end(r.json);
       return;
     }
@@ -593,14 +593,17 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         stream.once("open", () => resolve());
         stream.once("error", (e: NodeJS.ErrnoException) => reject(e.code === "ENOENT" ? new NaradError("not_found", `No file ${p.name} in the partition.`) : e));
       });
-      res.writeHead(200, { "content-type": "application/octet-stream" });
+      head(res, 200, ["content-type", "application/octet-stream"]);
       await pipeline(stream, res);
     });
   }
 
+  // Every answer names the node and its boot: the send functions below put these first in the
+  // header list they give writeHead. (Not res.setHeader here: once any header is set that way,
+  // Node sends every later one through setHeader's checks too, which cost more than the route.)
+  const identityHeaders: readonly string[] = [HEADERS.node, nodeId, HEADERS.boot, bootId];
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    res.setHeader("Narad-Node", nodeId);
-    res.setHeader("Narad-Boot", bootId);
+    (res as Answer)[IDENTITY] = identityHeaders;
     if (stopping) {
       res.setHeader("connection", "close");
       sendError(res, new NaradError("shutting_down"));
@@ -700,21 +703,31 @@ function wantsDeliveries(req: IncomingMessage): boolean {
   return a !== undefined && a.includes(DELIVERIES_TYPE);
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
+const IDENTITY = Symbol("narad.identityHeaders");
+type Answer = ServerResponse & { [IDENTITY]?: readonly string[] };
+
+/** writeHead with the node's identity headers first; `headers` is a flat [name, value, ...] list. */
+function head(res: ServerResponse, status: number, headers: string[] = []): void {
+  const id = (res as Answer)[IDENTITY];
+  res.writeHead(status, id === undefined ? headers : [...id, ...headers]);
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown, extra: string[] = []): void {
   const bytes = Buffer.from(JSON.stringify(body)); // encoded once: not measured, then encoded again
-  res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
+  head(res, status, ["content-type", "application/json", "content-length", String(bytes.length), ...extra]);
   res.end(bytes);
 }
 
 function sendEmpty(res: ServerResponse, status: number): void {
-  res.writeHead(status);
+  head(res, status);
   res.end();
 }
 
 function sendError(res: ServerResponse, e: NaradError): void {
-  if (e.retryAfterS !== undefined) res.setHeader("retry-after", String(e.retryAfterS));
-  if (e.status === 401) res.setHeader("www-authenticate", 'Basic realm="narad"');
-  sendJson(res, e.status, e.toBody());
+  const extra: string[] = [];
+  if (e.retryAfterS !== undefined) extra.push("retry-after", String(e.retryAfterS));
+  if (e.status === 401) extra.push("www-authenticate", 'Basic realm="narad"');
+  sendJson(res, e.status, e.toBody(), extra);
 }
 
 /** Never aborted: what a consume that does not wait gets, since it has nothing to give up. */
