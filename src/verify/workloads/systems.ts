@@ -251,7 +251,7 @@ export async function startControlPlane(existingUrl: string | undefined): Promis
       },
     };
   }
-  const { startEmbeddedPostgres } = await import("../../cluster/local.js");
+  const { startEmbeddedPostgres } = await import("../../cluster/embedded-postgres.js");
   const pg = await startEmbeddedPostgres();
   return { url: pg.url, stop: () => pg.stop() };
 }
