@@ -114,7 +114,7 @@ function summary(r: RunResult, verdictPrinted: boolean): string {
     const rd = rep.redeliveries;
     lines.push(
       `  ${rep.counts.messages} messages, ${rep.counts.deliveries} deliveries; redeliveries ${rd.total} ` +
-        `(lapse ${rd.byCause.lapse}, nack ${rd.byCause.nack}, fault ${rd.byCause.fault}); ${rep.faults.length} faults; ` +
+        `(lapse ${rd.byCause.lapse}, nack ${rd.byCause.nack}, fault ${rd.byCause.fault}${rd.explainedRecopiesTotal > 0 ? `, of them child re-copies ${rd.explainedRecopiesTotal}` : ""}); ${rep.faults.length} faults; ` +
         `lag max ${rep.lag.maxMs === null ? "-" : `${Math.round(rep.lag.maxMs)} ms`}`,
     );
   }

@@ -41,8 +41,8 @@ function insertDelivery(lines: Line[], afterNs: number, value: Record<string, un
   return renumber([...lines.slice(0, at), ...inserted, ...lines.slice(at)]);
 }
 
-function delivery(topic: string, msg: unknown, handle: string, node = "n1", boot = "n1-b0"): Record<string, unknown> {
-  return { topic, msg, partition: 0, offset: 0, delivery: handle, delivery_count: 2, node, boot };
+function delivery(topic: string, msg: unknown, handle: string, node = "n1", boot = "n1-b0", partition = 0, offset = 0): Record<string, unknown> {
+  return { topic, msg, partition, offset, delivery: handle, delivery_count: 2, node, boot };
 }
 
 function names(r: Report): AnomalyName[] {
@@ -144,7 +144,8 @@ const addDuplicateAfterAck: Mutation = (lines, pick) => {
   const out = insertDelivery(
     lines,
     lines[hit.comp]!.time_ns,
-    delivery(topic, ack.value["msg"], "dup-1", String(original.value["node"]), String(original.value["boot"])),
+    // The acked record itself, delivered again (another offset would be another copy on a child path).
+    delivery(topic, ack.value["msg"], "dup-1", String(original.value["node"]), String(original.value["boot"]), original.value["partition"] as number, original.value["offset"] as number),
   );
   return out && { lines: out, name: "duplicate-after-ack", msg: String(ack.value["msg"]), path: topic };
 };
