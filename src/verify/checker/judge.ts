@@ -122,6 +122,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   /** Per child topic: its parent (-1 for a topic that is no child), and the remote cluster's nodes it lists. */
   const parentOf = new Int32Array(nTopics).fill(-1);
   const viaNodesOf: number[][] = Array.from({ length: nTopics }, () => []);
+  const splitBatches = new Uint8Array(nTopics);
   for (const [parent, list] of Object.entries(children)) {
     const p = run.topics.find(parent);
     for (const c of list) {
@@ -130,7 +131,15 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
       parentOf[t] = p;
       if (c.kind === "delay") delayNs[t] = (c.delay_ms ?? 0) * MS;
       for (const n of c.nodes ?? []) viaNodesOf[t]!.push(run.nodes.find(n));
+      // A copy batch may go to several owners of the child's partitions, except for a replica.
+      if (c.kind !== "replica") splitBatches[t] = 1;
     }
+  }
+  // For those children, every node that delivered on the path owns (owned) a partition of it.
+  for (let op = 0; op < ops.length; op++) {
+    if (ops.f[op] !== F_CONSUME || ops.outcome[op] !== O_OK || ops.msg[op]! < 0) continue;
+    const t = ops.topic[op]!;
+    if (parentOf[t] >= 0 && splitBatches[t] && !viaNodesOf[t]!.includes(ops.node[op]!)) viaNodesOf[t]!.push(ops.node[op]!);
   }
 
   // ---- faults ----
@@ -471,6 +480,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
       produceInvNs: ops.invNs[curProduce]!,
       parentOwner: ops.outcome[curProduce] === O_OK ? ops.node[curProduce]! : -1,
       viaNodes: viaNodesOf[curTopic]!,
+      answerNs: cfg.ack_flush_ms * MS,
     });
     if (plan === null) return false;
     const a0 = pairStart[curPair]!;

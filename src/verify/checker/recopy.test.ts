@@ -87,9 +87,11 @@ test("re-copy explained: a kill of the parent's owner within ack_flush_ms after 
 // no rule but the re-copy rule can explain the second copy (a kill of the copy's own node within
 // ack_flush_ms of its ack would also explain it the old way: as a forgotten ack).
 
-test("re-copy explained at the edge of the window, not past it: kill at first delivery + ack_flush_ms + slack", () => {
-  explainedBy(scenario({ copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 21 + 100 + 50 } }));
-  invalidAsDuplicate(scenario({ copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 21 + 100 + 50 + 1 } }));
+test("re-copy explained at the edge of the window, not past it: a kill of the parent's owner at first delivery + 2 × ack_flush_ms + slack", () => {
+  // The copy went to n2: the copier's answer may come ack_flush_ms after a consumer got the
+  // copy, and the cursor reaches the OS ack_flush_ms after that.
+  explainedBy(scenario({ copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 21 + 100 + 100 + 50 } }));
+  invalidAsDuplicate(scenario({ copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 21 + 100 + 100 + 50 + 1 } }));
 });
 
 test("re-copy not explained: the kill hit a node that neither owns the parent's partition nor stored the copy", () => {
@@ -111,20 +113,26 @@ test("re-copy on the copy's own partition: explained at a higher offset, not at 
 });
 
 test("re-copy explained: a power loss of the parent's owner within ack_sync_ms + ack_flush_ms, not after", () => {
-  explainedBy(scenario({ copyNode: "n2", fault: { kind: "power-loss", node: "n1", atMs: 21 + 1100 + 50 }, recopyAtMs: 1500 }));
-  invalidAsDuplicate(scenario({ copyNode: "n2", fault: { kind: "power-loss", node: "n1", atMs: 21 + 1100 + 51 }, recopyAtMs: 1500 }));
+  explainedBy(scenario({ copyNode: "n2", fault: { kind: "power-loss", node: "n1", atMs: 21 + 1100 + 100 + 50 }, recopyAtMs: 1500 }));
+  invalidAsDuplicate(scenario({ copyNode: "n2", fault: { kind: "power-loss", node: "n1", atMs: 21 + 1100 + 100 + 51 }, recopyAtMs: 1500 }));
 });
 
 test("explainsRecopy: the window of each role the faulted node plays", () => {
-  const env = { slackNs: 50e6, ackFlushNs: 100e6, ackSyncNs: 1000e6, produceInvNs: 0, parentOwner: 1, viaNodes: [7] };
+  const env = { slackNs: 50e6, ackFlushNs: 100e6, ackSyncNs: 1000e6, produceInvNs: 0, parentOwner: 1, viaNodes: [7], answerNs: 100e6 };
   const y = { partition: 0, offset: 0, firstDeliveryNs: 20e6, node: 2 };
+  const local = { ...y, node: 1 };
   const x = { partition: 1, offset: 0, firstDeliveryNs: 5000e6, node: 2 };
   const f = (kind: "kill" | "power-loss" | "terminate", node: number, atMs: number) => ({ fault: 0, kind, node, invNs: atMs * 1e6, compNs: atMs * 1e6 + 1e6 });
-  // The parent's owner: ack_flush_ms for a kill, ack_sync_ms + ack_flush_ms for a power loss.
-  assert.equal(explainsRecopy(f("kill", 1, 170), y, x, env), true);
-  assert.equal(explainsRecopy(f("kill", 1, 171), y, x, env), false);
-  assert.equal(explainsRecopy(f("power-loss", 1, 1170), y, x, env), true);
-  // The node that stored the copy, or a listed node of a remote cluster: the answer's window only.
+  // The parent's owner, copy on the same node: the cursor's window only (ack_flush_ms; a power
+  // loss ack_sync_ms + ack_flush_ms).
+  assert.equal(explainsRecopy(f("kill", 1, 170), local, x, env), true);
+  assert.equal(explainsRecopy(f("kill", 1, 171), local, x, env), false);
+  assert.equal(explainsRecopy(f("power-loss", 1, 1170), local, x, env), true);
+  assert.equal(explainsRecopy(f("power-loss", 1, 1171), local, x, env), false);
+  // Copy on another node: plus the answer's time.
+  assert.equal(explainsRecopy(f("kill", 1, 270), y, x, env), true);
+  assert.equal(explainsRecopy(f("kill", 1, 271), y, x, env), false);
+  // The node that stored the copy, or one the batch went to or through: the answer's time only.
   for (const node of [2, 7]) {
     assert.equal(explainsRecopy(f("power-loss", node, 170), y, x, env), true);
     assert.equal(explainsRecopy(f("power-loss", node, 171), y, x, env), false);
@@ -133,9 +141,39 @@ test("explainsRecopy: the window of each role the faulted node plays", () => {
   assert.equal(explainsRecopy(f("kill", 3, 100), y, x, env), false);
   assert.equal(explainsRecopy(f("terminate", 1, 100), y, x, env), false);
   assert.equal(explainsRecopy(f("kill", 1, 100), y, x, { ...env, produceInvNs: 200e6 }), false);
-  assert.equal(explainsRecopy(f("kill", 1, 100), y, { partition: 1, offset: 0, firstDeliveryNs: 99e6, node: 2 }, env), false);
+  assert.equal(explainsRecopy(f("kill", 1, 100), y, { ...x, firstDeliveryNs: 99e6 }, env), false);
   // A fault that names no node may concern any.
-  assert.equal(explainsRecopy(f("power-loss", -1, 1170), y, x, env), true);
+  assert.equal(explainsRecopy(f("power-loss", -1, 1270), y, x, env), true);
+});
+
+test("fan-out child in a cluster: a kill of another owner of the child's partitions explains a re-copy (the batch failed as a whole); on a replica it does not", () => {
+  const build = (kind: "fanout" | "replica") => {
+    const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 2 } }, children: { t: [{ topic: "c", kind }] } });
+    b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "n1-b1" });
+    b.consume("c0", "t", "m1", "t-d1", 12, 13, { node: "n1", boot: "n1-b1" });
+    b.ack("c0", "t", "m1", "t-d1", 14, 15);
+    // m1's copy went to c/0 on n2; another message's copy to c/1 on n3, the node then killed.
+    b.produce("p2", "t", "m2", 0, 10, "ok", 0, { node: "n1", boot: "n1-b1" });
+    b.consume("c0", "t", "m2", "t-d2", 16, 17, { node: "n1", boot: "n1-b1" });
+    b.ack("c0", "t", "m2", "t-d2", 18, 19);
+    b.consume("c1", "c", "m2", "c-m2", 20, 21, { partition: 1, node: "n3", boot: "n3-b1" });
+    b.ack("c1", "c", "m2", "c-m2", 22, 23);
+    b.consume("c1", "c", "m1", "c-d1", 24, 25, { partition: 0, node: "n2", boot: "n2-b1" });
+    b.ack("c1", "c", "m1", "c-d1", 30, 31);
+    b.fault("kill", 60, 61, { node: "n3" });
+    b.fault("start", 70, 100, { node: "n3" }, "ok", { boot: "n3-b2" });
+    b.consume("c1", "c", "m1", "c-d2", 400, 401, { partition: 0, offset: 1, node: "n2", boot: "n2-b1" });
+    b.ack("c1", "c", "m1", "c-d2", 410, 411);
+    b.empty("c0", "t", 2000, 2001);
+    b.empty("c1", "c", 2000, 2001);
+    return checkEvents(b.build().events);
+  };
+  const fan = build("fanout");
+  assert.equal(fan.verdict, "valid", fan.reason);
+  assert.equal(fan.redeliveries.explainedRecopiesTotal, 1);
+  const rep = build("replica");
+  assert.equal(rep.verdict, "invalid", rep.reason);
+  assert.deepEqual(Object.keys(rep.anomalyCounts), ["duplicate-after-ack"]);
 });
 
 test("re-copy explained: a kill of the node that stored the copy (the copier's forward lost its answer)", () => {

@@ -1,19 +1,19 @@
 // Child copies made twice: which fault can explain a second copy of a message on a child path.
 //
 // A copy to a child is a record of its own on the child topic, with its own partition and offset,
-// made by the copier that runs on the parent partition's owner. The copier advances the child's
-// copy cursor once the copy is durable (the child's fsync, or the remote cluster's 202), and the
-// cursor reaches the OS every ack_flush_ms and the disk every ack_sync_ms. So, and only so, a
-// message can be copied again:
+// made by the copier that runs on the parent partition's owner. The copier hands a batch of
+// records to the child (a local append; in a cluster a produce forwarded to the owners of the
+// child's partitions, or for a replica to the one partition of the same number; for a remote child
+// a push to the other cluster, which forwards it to its owners likewise), advances the child's copy
+// cursor once the whole batch is durable there, and the cursor reaches the OS every ack_flush_ms
+// and the disk every ack_sync_ms. So, and only so, a message can be copied again:
 //   1. the parent partition's owner dies before the cursor that covers the copy is written: a kill
-//      within ack_flush_ms after the copy, a power loss within ack_sync_ms + ack_flush_ms; on
-//      restart the copier resumes from the older cursor and copies it again;
-//   2. the node that stored the copy (the owner of the child partition it landed on) dies after
-//      the copy was durable and before the copier got the answer: the copier sees an error and
-//      copies it again (in a cluster the copy is forwarded to that owner; a remote child's copy is
-//      pushed over HTTP to the other cluster);
-//   3. for a remote child, any node of the other cluster the push passed through dies likewise
-//      (the config may list them in the child's `nodes`).
+//      within ack_flush_ms after the copier learnt the copy was durable, a power loss within
+//      ack_sync_ms + ack_flush_ms; on restart the copier resumes from the older cursor;
+//   2. a node the batch went to dies after the copy was durable and before the copier got the
+//      answer for the whole batch: the node that stored the copy, or the owner of another child
+//      partition the same batch went to (its part fails, the batch fails, the copier copies it all
+//      again), or a node of a remote child's cluster that the push passed through.
 // A graceful stop explains none of these: the copier finishes the copy in flight and syncs its
 // cursors before the process exits, and a stopping node answers every request it took.
 //
@@ -21,14 +21,17 @@
 // of which completed after the copy existed. So for a fault F to explain copy X as a re-copy of
 // copy Y (each window widened by the slack):
 //   - F is a kill or power loss of the parent's owner (the node the produce's ok names: without it,
-//     case 1 is never assumed), of the node that delivered Y, or of a listed node of a remote child;
+//     case 1 is never assumed), of the node that delivered Y, or of one of `viaNodes`: for a
+//     fan-out, delay or remote child the nodes that delivered on its path (the owners of its
+//     partitions) and the remote child's listed nodes; none for a replica (one partition a batch);
 //   - F did not end before the produce began (no copy can exist earlier);
-//   - F began no later than Y's first delivery completed plus the window: ack_flush_ms (a kill), or
-//     ack_sync_ms + ack_flush_ms (a power loss of the parent's owner). For cases 2 and 3 the window
-//     stands for the time an answer takes to leave once the copy is stored, which ack_flush_ms
-//     bounds generously on a working machine;
+//   - F began no later than Y's first delivery completed plus the window. The answer that tells the
+//     copier a copy is durable can reach it after a consumer already got the copy, when the copy
+//     went to another node: `answerNs` (ack_flush_ms) is allowed for that trip. Case 2's window is
+//     that answer time; case 1's is the cursor's (ack_flush_ms, or ack_sync_ms + ack_flush_ms for a
+//     power loss) plus the answer time when Y is not on the parent's owner;
 //   - F began before X's first delivery completed (X was made after it);
-//   - one fault explains at most one extra copy of a message: a restart copies it once more.
+//   - one fault explains at most one extra copy of a message: a restart copies it once more;
 //   - on one partition offsets grow with time: a re-copy has a higher offset than the copy it
 //     repeats, and than the original.
 // With k copies, one is the original and the k - 1 others need distinct faults, each re-copy made
@@ -65,8 +68,10 @@ export interface RecopyEnv {
   produceInvNs: number;
   /** The parent partition's owner from the produce's ok; -1 when the history does not say. */
   parentOwner: number;
-  /** Remote child: nodes of the other cluster a push may pass through (empty otherwise). */
+  /** Nodes other than the copy's own that a batch with the copy may have gone to or through. */
   viaNodes: readonly number[];
+  /** How long after a copy became readable the copier may learn it is durable, when it went to another node. */
+  answerNs: number;
 }
 
 export interface RecopyPlan {
@@ -94,9 +99,10 @@ export function explainsRecopy(f: RecopyFault, y: CopyView, x: CopyView, env: Re
   const any = f.node < 0;
   let windowNs = -Infinity;
   if (env.parentOwner >= 0 && (any || f.node === env.parentOwner)) {
-    windowNs = f.kind === "power-loss" ? env.ackSyncNs + env.ackFlushNs : env.ackFlushNs;
+    const cursorNs = f.kind === "power-loss" ? env.ackSyncNs + env.ackFlushNs : env.ackFlushNs;
+    windowNs = cursorNs + (y.node === env.parentOwner ? 0 : env.answerNs);
   }
-  if (any || f.node === y.node || env.viaNodes.includes(f.node)) windowNs = Math.max(windowNs, env.ackFlushNs);
+  if (any || f.node === y.node || env.viaNodes.includes(f.node)) windowNs = Math.max(windowNs, env.answerNs);
   return f.invNs <= y.firstDeliveryNs + windowNs + env.slackNs;
 }
 
