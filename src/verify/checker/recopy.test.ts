@@ -229,37 +229,28 @@ test("one fault explains one extra copy: a third copy needs a second fault", () 
 });
 
 test("two copies leased at once are two records: no double-lease when a kill explains the second", () => {
-  const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 2 } }, children: { t: [{ topic: "c", kind: "fanout" }] } });
-  b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
-  b.consume("c0", "t", "m1", "t-d1", 12, 13, { boot: "b1" });
-  b.ack("c0", "t", "m1", "t-d1", 14, 15);
-  b.consume("c1", "c", "m1", "c-d1", 20, 21, { partition: 0, boot: "b1", node: "n2" });
-  b.fault("kill", 60, 61, { node: "n1" });
-  b.fault("start", 70, 100, { node: "n1" }, "ok", { boot: "b2" });
-  b.consume("c2", "c", "m1", "c-d2", 200, 201, { partition: 1, boot: "b1", node: "n2" });
-  // The first copy's lease is still live (no lapse, n2 was not restarted): it is acked after.
-  b.ack("c1", "c", "m1", "c-d1", 300, 301);
-  b.ack("c2", "c", "m1", "c-d2", 310, 311);
-  b.empty("c0", "t", 2000, 2001);
-  b.empty("c1", "c", 2000, 2001);
-  const r = checkEvents(b.build().events);
+  // Copy one on c/0 leased at 20, copy two delivered at 200 while that lease is still live (no
+  // lapse; n2, their owner, was not restarted), both acked after: two records, or one.
+  const leasedTwice = (secondPartition: number) => {
+    const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 2 } }, children: { t: [{ topic: "c", kind: "fanout" }] } });
+    b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
+    b.consume("c0", "t", "m1", "t-d1", 12, 13, { boot: "b1" });
+    b.ack("c0", "t", "m1", "t-d1", 14, 15);
+    b.consume("c1", "c", "m1", "c-d1", 20, 21, { partition: 0, boot: "b1", node: "n2" });
+    b.fault("kill", 60, 61, { node: "n1" });
+    b.fault("start", 70, 100, { node: "n1" }, "ok", { boot: "b2" });
+    b.consume("c2", "c", "m1", "c-d2", 200, 201, { partition: secondPartition, boot: "b1", node: "n2" });
+    b.ack("c1", "c", "m1", "c-d1", 300, 301);
+    b.ack("c2", "c", "m1", "c-d2", 310, 311);
+    b.empty("c0", "t", 2000, 2001);
+    b.empty("c1", "c", 2000, 2001);
+    return checkEvents(b.build().events);
+  };
+  const r = leasedTwice(1);
   assert.equal(r.verdict, "valid", r.reason);
   assert.equal(r.redeliveries.explainedRecopiesTotal, 1);
-
-  // The same second delivery at the same offset is the same record: two live leases at once.
-  const c = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 2 } }, children: { t: [{ topic: "c", kind: "fanout" }] } });
-  c.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
-  c.consume("c0", "t", "m1", "t-d1", 12, 13, { boot: "b1" });
-  c.ack("c0", "t", "m1", "t-d1", 14, 15);
-  c.consume("c1", "c", "m1", "c-d1", 20, 21, { partition: 0, boot: "b1", node: "n2" });
-  c.fault("kill", 60, 61, { node: "n1" });
-  c.fault("start", 70, 100, { node: "n1" }, "ok", { boot: "b2" });
-  c.consume("c2", "c", "m1", "c-d2", 200, 201, { partition: 0, boot: "b1", node: "n2" });
-  c.ack("c1", "c", "m1", "c-d1", 300, 301);
-  c.ack("c2", "c", "m1", "c-d2", 310, 311);
-  c.empty("c0", "t", 2000, 2001);
-  c.empty("c1", "c", 2000, 2001);
-  const r2 = checkEvents(c.build().events);
+  // The second delivery at the same offset is the same record: two live leases at once.
+  const r2 = leasedTwice(0);
   assert.equal(r2.verdict, "invalid", r2.reason);
   assert.deepEqual(Object.keys(r2.anomalyCounts), ["double-lease"]);
 });

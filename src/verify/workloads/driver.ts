@@ -55,9 +55,9 @@ import {
   clientUrls,
   createTopics,
   createUsers,
-  startControlPlane,
+  startControlPlaneServer,
   waitChildrenCaughtUp,
-  type ControlPlane,
+  type ControlPlaneServer,
   type RunSystem,
 } from "./systems.js";
 import { LoadCycle, type CycleSpec, type CycleTarget } from "./cycle.js";
@@ -101,6 +101,9 @@ export const RUN_LIMITS = {
   /** Node output kept in nodes.log per node. */
   nodeLogCharsMax: 256 * 1024,
 } as const;
+
+/** Nodes of a remote child's other cluster when the system under test is a cluster (r1, r2). */
+export const REMOTE_CLUSTER_NODES = 2;
 
 /** The probe topic's visibility timeout: short, so its scenarios are quick. */
 export const PROBE_VISIBILITY_TIMEOUT_MS = 1_000;
@@ -221,6 +224,8 @@ interface ResolvedRun {
   ackSyncMs: number;
   topics: RunTopic[];
   remote: boolean;
+  /** Nodes of the remote child's system (0: none). */
+  remoteNodes: number;
 }
 
 function resolveRun(o: RunOptions): ResolvedRun {
@@ -267,6 +272,11 @@ function resolveRun(o: RunOptions): ResolvedRun {
   if (faults !== null && o.faultTargets !== undefined) faults = { ...faults, targets: o.faultTargets };
   if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
   if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
+  // A replica lives on other nodes than its parent's: the workload's own is left out on one node.
+  if (nodes === 1 && profile.children.some((c) => c.kind === "replica")) {
+    if (o.children !== undefined) throw new RangeError("a replica child needs a cluster (--nodes 2 or more)");
+    profile.children = profile.children.filter((c) => c.kind !== "replica");
+  }
   const topics: RunTopic[] = [{ name: MAIN_TOPIC, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: "main" }];
   if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS, system: "main" });
   const names = new Set(topics.map((t) => t.name));
@@ -276,7 +286,9 @@ function resolveRun(o: RunOptions): ResolvedRun {
     if (names.has(c.topic)) throw new RangeError(`child topic ${c.topic} has the name of another topic of the run`);
     if (c.kind === "delay" && !(c.delayMs !== undefined && c.delayMs > 0)) throw new RangeError(`delay child ${c.topic} needs a positive delay`);
     names.add(c.topic);
-    topics.push({ name: c.topic, partitions: c.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: c.kind === "remote" ? "remote" : "main" });
+    // A replica has its parent's partitions and settings (its attach creates it so).
+    const partitions = c.kind === "replica" ? profile.partitions : c.partitions;
+    topics.push({ name: c.topic, partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: c.kind === "remote" ? "remote" : "main" });
   }
   const remote = profile.children.some((c) => c.kind === "remote");
   // The cycle's windows keep faults away from the delay child's copies: they must know its delay.
@@ -300,6 +312,8 @@ function resolveRun(o: RunOptions): ResolvedRun {
     ackSyncMs: o.ackSyncMs ?? DEFAULTS.ackSyncIntervalMs,
     topics,
     remote,
+    // Another cluster for another cluster: two nodes when the system under test is a cluster.
+    remoteNodes: remote ? (nodes > 1 ? REMOTE_CLUSTER_NODES : 1) : 0,
   };
 }
 
@@ -369,7 +383,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
   const systemOf = (t: RunTopic): RunSystem => (t.system === "remote" ? remote! : main);
   const allNodes = (): NodeProcess[] => systems.flatMap((s) => s.nodes);
   const allProxies = (): Proxy[] => systems.flatMap((s) => s.proxies);
-  let controlPlane: ControlPlane | null = null;
+  let controlPlane: ControlPlaneServer | null = null;
   const workers: WorkerHandle[] = [];
   let writer: HistoryWriter | null = null;
   let nemesis: { start(): void; stop(): Promise<void> } | null = null;
@@ -416,7 +430,15 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     children:
       profile.children.length === 0
         ? {}
-        : { [MAIN_TOPIC]: profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}) })) },
+        : {
+            [MAIN_TOPIC]: profile.children.map((c) => ({
+              topic: c.topic,
+              kind: c.kind,
+              ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}),
+              // The other cluster's nodes: a push may pass through any of them (the checker's re-copy rule).
+              ...(c.kind === "remote" ? { nodes: Array.from({ length: run.remoteNodes }, (_, i) => `r${i + 1}`) } : {}),
+            })),
+          },
     run: {
       workload: profile.name,
       seed,
@@ -424,7 +446,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       rate: run.rate,
       nodes: run.nodes,
       security: run.security,
-      ...(remote !== null ? { remote_nodes: 1 } : {}),
+      ...(remote !== null ? { remote_nodes: run.remoteNodes } : {}),
       bugs: run.bugs,
       power_loss_mode: profile.powerLoss,
       proxy: profile.proxy,
@@ -480,9 +502,11 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),
     };
     const clusterArgs: string[] = [];
-    if (run.nodes > 1) {
-      controlPlane = await startControlPlane(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
-      clusterArgs.push("--control-plane", controlPlane.url);
+    const remoteArgs: string[] = [];
+    if (run.nodes > 1 || run.remoteNodes > 1) {
+      controlPlane = await startControlPlaneServer(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
+      if (run.nodes > 1) clusterArgs.push("--control-plane", await controlPlane.database("main"));
+      if (run.remoteNodes > 1) remoteArgs.push("--control-plane", await controlPlane.database("remote"));
     }
     for (let i = 0; i < run.nodes; i++) {
       const dataDir = join(tmp, `n${i + 1}`);
@@ -490,21 +514,23 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       main.nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss, nodeId: `n${i + 1}`, dev: !run.security, extraArgs: clusterArgs }));
     }
     if (remote !== null) {
-      // Another Narad: its own node id, security on, and none of the seeded bugs.
-      const dataDir = join(tmp, "r1");
-      await mkdir(dataDir, { recursive: true });
+      // Another Narad (or cluster, on a control plane of its own): its own node ids, security
+      // on, and none of the seeded bugs.
       const remoteEnv = { ...env, NARAD_TEST_BUGS: "", NARAD_TEST_POWER_LOSS: "0", NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD };
-      remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: "r1", dev: false }));
+      for (let i = 0; i < run.remoteNodes; i++) {
+        const dataDir = join(tmp, `r${i + 1}`);
+        await mkdir(dataDir, { recursive: true });
+        remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: `r${i + 1}`, dev: false, extraArgs: remoteArgs }));
+      }
     }
-    // The first node alone (a cluster's first node migrates the schema and creates admin), then
-    // the rest; the remote node meanwhile.
-    await Promise.all([
-      (async () => {
-        await main.nodes[0]!.start();
-        await Promise.all(main.nodes.slice(1).map((n) => n.start()));
-      })(),
-      ...(remote !== null ? [remote.nodes[0]!.start()] : []),
-    ]);
+    // In each system the first node alone (a cluster's first node migrates the schema and
+    // creates admin), then the rest; the two systems side by side.
+    await Promise.all(
+      systems.map(async (sys) => {
+        await sys.nodes[0]!.start();
+        await Promise.all(sys.nodes.slice(1).map((n) => n.start()));
+      }),
+    );
     if (profile.proxy) {
       for (const n of main.nodes) {
         main.proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
@@ -513,11 +539,13 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     await Promise.all(
       systems.map(async (s) => {
         await createUsers(s, run.topics.filter((t) => systemOf(t) === s).map((t) => t.name));
-        await createTopics(s, run.topics.filter((t) => systemOf(t) === s), signal);
+        // Not the replicas: their attach creates them.
+        const replicas = new Set(profile.children.filter((c) => c.kind === "replica").map((c) => c.topic));
+        await createTopics(s, run.topics.filter((t) => systemOf(t) === s && !replicas.has(t.name)), signal);
       }),
     );
     if (profile.children.length > 0) {
-      await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote);
+      await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote, signal);
     }
 
     writer = HistoryWriter.open(historyPath, config, { clock });
