@@ -150,6 +150,47 @@ const addDuplicateAfterAck: Mutation = (lines, pick) => {
   return out && { lines: out, name: "duplicate-after-ack", msg: String(ack.value["msg"]), path: topic };
 };
 
+/**
+ * A second copy of a message on a child path (a new offset), delivered after a 204 ack of the
+ * first, with no kill, power loss or move anywhere from the message's produce to it: nothing could
+ * have made the copier copy it again, nor the broker forget the ack.
+ */
+const addUnexplainedRecopy: Mutation = (lines, pick) => {
+  const cfg = lines[0]!.value as { children?: Record<string, Array<{ topic: string }>> };
+  const childPaths = new Set(Object.values(cfg.children ?? {}).flatMap((l) => l.map((c) => c.topic)));
+  const slackNs = 50e6;
+  const faults: Array<{ invNs: number; compNs: number }> = [];
+  const produceNs = new Map<string, number>();
+  lines.forEach((l, i) => {
+    if (l.f === "fault" && l.type === "invoke" && ["kill", "power-loss", "move"].includes(String(l.value["kind"]))) {
+      const c = completionOf(lines, i);
+      faults.push({ invNs: l.time_ns, compNs: c >= 0 ? lines[c]!.time_ns : Infinity });
+    }
+    if (l.f === "produce" && l.type === "invoke") produceNs.set(String(l.value["msg"]), l.time_ns);
+  });
+  const candidates: Array<{ inv: number; comp: number }> = [];
+  lines.forEach((l, i) => {
+    if (l.f !== "ack" || l.type !== "invoke" || !childPaths.has(String(l.value["topic"]))) return;
+    const c = completionOf(lines, i);
+    if (c < 0 || lines[c]!.type !== "ok") return;
+    const from = produceNs.get(String(l.value["msg"]))!;
+    const later = lines.find((x) => x.time_ns > lines[c]!.time_ns);
+    if (later === undefined) return;
+    if (faults.every((f) => f.compNs + slackNs < from || f.invNs > later.time_ns)) candidates.push({ inv: i, comp: c });
+  });
+  const hit = choose(candidates, pick);
+  if (hit === null) return null;
+  const ack = lines[hit.inv]!;
+  const topic = String(ack.value["topic"]);
+  const original = lines.find((l) => l.f === "consume" && l.type === "ok" && l.value["delivery"] === ack.value["delivery"])!;
+  const out = insertDelivery(
+    lines,
+    lines[hit.comp]!.time_ns,
+    delivery(topic, ack.value["msg"], "recopy-1", String(original.value["node"]), String(original.value["boot"]), original.value["partition"] as number, 1_000_000),
+  );
+  return out && { lines: out, name: "duplicate-after-ack", msg: String(ack.value["msg"]), path: topic };
+};
+
 const deliverRefused: Mutation = (lines, pick) => {
   const refused: number[] = [];
   lines.forEach((l, i) => {
@@ -208,6 +249,7 @@ const MUTATIONS: Array<[string, Mutation]> = [
   ["dropping a delivery is lost", dropDelivery],
   ["delivering a never-produced message is unexpected", addUnexpected],
   ["delivering again after a confirmed ack, with no fault, is duplicate-after-ack", addDuplicateAfterAck],
+  ["a second copy on a child path after a confirmed ack, with no fault since the produce, is duplicate-after-ack", addUnexplainedRecopy],
   ["delivering a refused produce is refused-delivered", deliverRefused],
   ["delivering on a wrong topic is misrouted", misroute],
   ["making a replay skip an offset is skip", replaySkip],
