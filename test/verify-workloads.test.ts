@@ -96,7 +96,8 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     const plan = planFaults({ seed: deriveSeed(seed, "nemesis"), faults: ["terminate", "kill"], ...schedule, targetCount: 2 }, 2);
     if (process.env.NARAD_TEST_SEED === undefined) assert.deepEqual(plan.map((p) => `${p.kind} ${["n1", "r1"][p.target]}`), ["kill n1", "terminate r1"]);
 
-    const r = await runWorkload({ workload: "children", outDir: await outDir(), seed, durationS: 5, faultIntervalMs: schedule.intervalMs, faultHoldMs: schedule.holdMs });
+    // At least those two faults, however slow restarts are on this machine.
+    const r = await runWorkload({ workload: "children", outDir: await outDir(), seed, durationS: 4, faultIntervalMs: schedule.intervalMs, faultHoldMs: schedule.holdMs, faultsMin: 2 });
     assertValid(r);
     // The config line names the children, the remote one by its topic on the other node.
     const first = JSON.parse((await readFile(r.historyPath, "utf8")).split("\n", 1)[0]!) as { value: { children: Record<string, unknown>; topics: Record<string, unknown> } };

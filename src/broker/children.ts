@@ -27,6 +27,8 @@ export const COPY_BATCH_RECORDS = 1000;
 export const COPY_BATCH_BYTES = 4 * 1024 * 1024;
 export const REMOTE_BACKOFF_MAX_MS = 10_000;
 export const PRE_BOOT_COMMIT_MARGIN_MS = 1000;
+/** A push to a remote child waits this long for the other cluster's answer, then fails (and is retried). */
+export const REMOTE_PUSH_TIMEOUT_MS = 10_000;
 /** Commit-time checkpoints kept per partition (older records fall back to the margin rule). */
 const CHECKPOINTS_MAX = 4096;
 

@@ -7,7 +7,10 @@
 //      are gathered into one flat array (counting sort by pair, op order kept);
 //   3. per pair: unexpected / misrouted / refused-delivered / early-delivery by direct tests, then
 //      the exact search (pair.ts) with the evidenced faults, then with every fault (a pair legal only
-//      thanks to an unevidenced fault is `unknown`), then lost and stranded against the final drain;
+//      thanks to an unevidenced fault is `unknown`), then lost and stranded against the final drain.
+//      On a child path whose deliveries show several copies (offsets), each copy is first searched
+//      on its own, every extra copy explained by a fault that makes the copier copy again
+//      (recopy.ts); failing that, the pair is searched as one record;
 //   4. replays: skip and nonmonotonic;
 //   5. measures: redeliveries by cause, lag, silence after each fault, counts and time series.
 //
@@ -480,7 +483,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
       produceInvNs: ops.invNs[curProduce]!,
       parentOwner: ops.outcome[curProduce] === O_OK ? ops.node[curProduce]! : -1,
       viaNodes: viaNodesOf[curTopic]!,
-      answerNs: cfg.ack_flush_ms * MS,
+      answerNs: (cfg.copy_timeout_ms ?? cfg.ack_flush_ms) * MS,
     });
     if (plan === null) return false;
     const a0 = pairStart[curPair]!;

@@ -23,6 +23,8 @@ interface Scenario {
   recopyAtMs?: number;
   /** Where the two copies are: [partition, offset] of the first and of the second. */
   at?: [[number, number], [number, number]];
+  /** The config's copy_timeout_ms (left out by default). */
+  copyTimeoutMs?: number;
 }
 
 /**
@@ -33,7 +35,11 @@ interface Scenario {
 function scenario(o: Scenario = {}) {
   const kind = o.kind ?? "fanout";
   const child = { topic: "c", kind, ...(o.viaNodes !== undefined ? { nodes: o.viaNodes } : {}) };
-  const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 2 } }, children: { t: [child] } });
+  const b = new HistoryBuilder({
+    topics: { t: { partitions: 1 }, c: { partitions: 2 } },
+    children: { t: [child] },
+    ...(o.copyTimeoutMs !== undefined ? { copy_timeout_ms: o.copyTimeoutMs } : {}),
+  });
   const owner = o.owner === undefined ? "n1" : o.owner;
   const copyNode = o.copyNode ?? "n1";
   const fault = o.fault === undefined ? { kind: "kill", node: "n1", atMs: 60 } : o.fault;
@@ -52,8 +58,9 @@ function scenario(o: Scenario = {}) {
   }
   const again = b.consume("c2", "c", "m1", "c-d2", recopyAt, recopyAt + 1, { partition: p2, offset: o2, node: copyNode, boot: bootAt(copyNode, recopyAt) });
   b.ack("c2", "c", "m1", "c-d2", recopyAt + 10, recopyAt + 11);
-  b.empty("c0", "t", 2000, 2001);
-  b.empty("c1", "c", 2000, 2001);
+  const drainAt = Math.max(2000, recopyAt + 1000);
+  b.empty("c0", "t", drainAt, drainAt + 1);
+  b.empty("c1", "c", drainAt, drainAt + 1);
   const h = b.build();
   return { r: checkEvents(h.events), i: (ref: number) => h.index(ref), produce, first, ack, again, fault: faultRef };
 }
@@ -112,6 +119,13 @@ test("re-copy on the copy's own partition: explained at a higher offset, not at 
   invalidAsDuplicate(scenario({ copyNode: "n2", at: [[0, 5], [0, 2]] }));
 });
 
+test("with copy_timeout_ms in the config, the copier's answer may come that much later (a batch waits for its slowest owner)", () => {
+  const late = { copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 21 + 5_000 + 100 + 50 }, recopyAtMs: 9_000 };
+  explainedBy(scenario({ ...late, copyTimeoutMs: 5_000 }));
+  invalidAsDuplicate(scenario(late));
+  invalidAsDuplicate(scenario({ ...late, copyTimeoutMs: 5_000, fault: { kind: "kill", node: "n1", atMs: 21 + 5_000 + 100 + 51 } }));
+});
+
 test("re-copy explained: a power loss of the parent's owner within ack_sync_ms + ack_flush_ms, not after", () => {
   explainedBy(scenario({ copyNode: "n2", fault: { kind: "power-loss", node: "n1", atMs: 21 + 1100 + 100 + 50 }, recopyAtMs: 1500 }));
   invalidAsDuplicate(scenario({ copyNode: "n2", fault: { kind: "power-loss", node: "n1", atMs: 21 + 1100 + 100 + 51 }, recopyAtMs: 1500 }));
@@ -123,15 +137,14 @@ test("explainsRecopy: the window of each role the faulted node plays", () => {
   const local = { ...y, node: 1 };
   const x = { partition: 1, offset: 0, firstDeliveryNs: 5000e6, node: 2 };
   const f = (kind: "kill" | "power-loss" | "terminate", node: number, atMs: number) => ({ fault: 0, kind, node, invNs: atMs * 1e6, compNs: atMs * 1e6 + 1e6 });
-  // The parent's owner, copy on the same node: the cursor's window only (ack_flush_ms; a power
-  // loss ack_sync_ms + ack_flush_ms).
-  assert.equal(explainsRecopy(f("kill", 1, 170), local, x, env), true);
-  assert.equal(explainsRecopy(f("kill", 1, 171), local, x, env), false);
-  assert.equal(explainsRecopy(f("power-loss", 1, 1170), local, x, env), true);
-  assert.equal(explainsRecopy(f("power-loss", 1, 1171), local, x, env), false);
-  // Copy on another node: plus the answer's time.
-  assert.equal(explainsRecopy(f("kill", 1, 270), y, x, env), true);
-  assert.equal(explainsRecopy(f("kill", 1, 271), y, x, env), false);
+  // The parent's owner: the answer's time plus the cursor's window (ack_flush_ms; a power loss
+  // ack_sync_ms + ack_flush_ms), wherever the copy is (its batch may have gone to other owners too).
+  for (const copy of [local, y]) {
+    assert.equal(explainsRecopy(f("kill", 1, 270), copy, x, env), true);
+    assert.equal(explainsRecopy(f("kill", 1, 271), copy, x, env), false);
+    assert.equal(explainsRecopy(f("power-loss", 1, 1270), copy, x, env), true);
+    assert.equal(explainsRecopy(f("power-loss", 1, 1271), copy, x, env), false);
+  }
   // The node that stored the copy, or one the batch went to or through: the answer's time only.
   for (const node of [2, 7]) {
     assert.equal(explainsRecopy(f("power-loss", node, 170), y, x, env), true);

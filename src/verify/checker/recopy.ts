@@ -26,10 +26,13 @@
 //     partitions) and the remote child's listed nodes; none for a replica (one partition a batch);
 //   - F did not end before the produce began (no copy can exist earlier);
 //   - F began no later than Y's first delivery completed plus the window. The answer that tells the
-//     copier a copy is durable can reach it after a consumer already got the copy, when the copy
-//     went to another node: `answerNs` (ack_flush_ms) is allowed for that trip. Case 2's window is
-//     that answer time; case 1's is the cursor's (ack_flush_ms, or ack_sync_ms + ack_flush_ms for a
-//     power loss) plus the answer time when Y is not on the parent's owner;
+//     copier a batch is durable comes once its slowest part is (another owner, another cluster),
+//     so it can reach the copier long after a consumer got one of its copies: at most the copy
+//     request's timeout later (a request not answered by then fails, and the batch is copied
+//     again without any fault: the rule does not explain that). `answerNs` is that timeout (the
+//     config's copy_timeout_ms; ack_flush_ms without it). Case 2's window is the answer time;
+//     case 1's is the answer time plus the cursor's (ack_flush_ms, or ack_sync_ms + ack_flush_ms
+//     for a power loss);
 //   - F began before X's first delivery completed (X was made after it);
 //   - one fault explains at most one extra copy of a message: a restart copies it once more;
 //   - on one partition offsets grow with time: a re-copy has a higher offset than the copy it
@@ -70,7 +73,10 @@ export interface RecopyEnv {
   parentOwner: number;
   /** Nodes other than the copy's own that a batch with the copy may have gone to or through. */
   viaNodes: readonly number[];
-  /** How long after a copy became readable the copier may learn it is durable, when it went to another node. */
+  /**
+   * How long after a copy became readable the copier may learn that its whole batch is durable:
+   * the batch's slowest part, bounded by the copy request's timeout (config copy_timeout_ms).
+   */
   answerNs: number;
 }
 
@@ -100,7 +106,7 @@ export function explainsRecopy(f: RecopyFault, y: CopyView, x: CopyView, env: Re
   let windowNs = -Infinity;
   if (env.parentOwner >= 0 && (any || f.node === env.parentOwner)) {
     const cursorNs = f.kind === "power-loss" ? env.ackSyncNs + env.ackFlushNs : env.ackFlushNs;
-    windowNs = cursorNs + (y.node === env.parentOwner ? 0 : env.answerNs);
+    windowNs = cursorNs + env.answerNs;
   }
   if (any || f.node === y.node || env.viaNodes.includes(f.node)) windowNs = Math.max(windowNs, env.answerNs);
   return f.invNs <= y.firstDeliveryNs + windowNs + env.slackNs;

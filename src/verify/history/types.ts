@@ -70,6 +70,13 @@ export interface ConfigValue {
   visibility_timeout_ms: number;
   topics: Record<string, TopicConfig>;
   children?: Record<string, ChildConfig[]>;
+  /**
+   * Optional: the longest a copier waits for the answer to a copy it sent to another node (a
+   * forward to a child partition's owner, a push to a remote cluster). The checker's re-copy rule
+   * allows that long between a copy becoming readable and the copier learning it is durable;
+   * without it, ack_flush_ms.
+   */
+  copy_timeout_ms?: number;
   [extra: string]: unknown;
 }
 

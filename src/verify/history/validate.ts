@@ -105,6 +105,7 @@ function validateConfig(value: Record<string, unknown>): void {
   needNonnegNumber(value, "ack_flush_ms", where);
   needNonnegNumber(value, "ack_sync_ms", where);
   const vt = needNonnegNumber(value, "visibility_timeout_ms", where);
+  optNumber(value, "copy_timeout_ms", where, 0);
   if (vt === 0) problem("config: visibility_timeout_ms must be above 0");
   const topics = value["topics"];
   if (topics === undefined) problem("config: missing field topics");

@@ -80,7 +80,7 @@ export const RUN_LIMITS = {
   workerReadyTimeoutMs: 15_000,
   /** Lanes draining the main topic at once (other topics: half as many, at least one). */
   drainLanes: 4,
-  /** Load cycles: how long past the duration a run may go on for a burst after the last faults. */
+  /** Load cycles (and `faultsMin`): how long past the duration a run may go on for the faults it waits for. */
   cycleSettleGraceMs: 15_000,
   /** Nodes of the system under test at most. */
   nodesMax: 9,
@@ -101,6 +101,14 @@ export const RUN_LIMITS = {
   /** Node output kept in nodes.log per node. */
   nodeLogCharsMax: 256 * 1024,
 } as const;
+
+/** cluster.forward_timeout_ms of the run's cluster nodes (set explicitly, so the config line can say it). */
+export const FORWARD_TIMEOUT_MS = 5_000;
+/**
+ * How long the broker's copier waits for a remote cluster's answer to a push (REMOTE_PUSH_TIMEOUT_MS
+ * of src/broker/children.ts; the run cannot import server code, so the number is repeated here).
+ */
+export const REMOTE_PUSH_TIMEOUT_MS = 10_000;
 
 /** Nodes of a remote child's other cluster when the system under test is a cluster (r1, r2). */
 export const REMOTE_CLUSTER_NODES = 2;
@@ -150,6 +158,12 @@ export interface RunOptions {
   faultHoldMs?: number;
   /** Which nodes the faults hit (see FaultSchedule). */
   faultTargets?: FaultSchedule["targets"];
+  /**
+   * With the nemesis: the load goes on past the duration until it has injected this many faults
+   * (at most RUN_LIMITS.cycleSettleGraceMs longer), so a short run on a slow machine still meets
+   * the faults its seed plans. Default 0.
+   */
+  faultsMin?: number;
   /** Children of the main topic (replaces the workload's). */
   children?: ChildProfile[];
   /** Load cycles with faults in quiet windows (replaces the workload's; null: continuous load). */
@@ -424,6 +438,11 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     ack_flush_ms: run.ackFlushMs,
     ack_sync_ms: run.ackSyncMs,
     visibility_timeout_ms: profile.visibilityTimeoutMs,
+    // The longest a copier waits for the answer to a copy sent to another node (the checker's
+    // re-copy rule): a push to the remote cluster, a forward to a child partition's owner.
+    ...(profile.children.length > 0 && (run.remote || run.nodes > 1)
+      ? { copy_timeout_ms: Math.max(run.remote ? REMOTE_PUSH_TIMEOUT_MS : 0, run.nodes > 1 ? FORWARD_TIMEOUT_MS : 0) }
+      : {}),
     topics: Object.fromEntries(run.topics.map((t) => [t.name, { partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }])),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
@@ -495,6 +514,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
       NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
       NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
+      NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
       // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
       NARAD_TEST_BUGS: run.bugs.join(","),
       NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
@@ -698,8 +718,11 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
           break;
         }
       } else if (now >= runEnd) {
-        // Load cycles end after a burst has met the last faults' effect (bounded by the grace).
-        if (!(nemesis instanceof LoadCycle) || nemesis.settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
+        // Load cycles end after a burst has met the last faults' effect, the nemesis once it made
+        // the faults asked for (both bounded by the grace).
+        const settled =
+          nemesis instanceof LoadCycle ? nemesis.settled : nemesis instanceof Nemesis ? nemesis.applied >= (opts.faultsMin ?? 0) : true;
+        if (settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
       }
       await sleep(100, signal);
     }
