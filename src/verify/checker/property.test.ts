@@ -136,19 +136,23 @@ const addDuplicateAfterAck: Mutation = (lines, pick) => {
     });
   });
   const hit = choose(candidates, pick);
-  if (hit === null) return null;
+  // The acked record itself, delivered again (another offset would be another copy on a child path).
+  return hit && deliverAfterAck(lines, hit, "dup-1", null);
+};
+
+/**
+ * Inserts a delivery of the acked message, on its path and by the owner of the acked delivery,
+ * right after the ack completed: at `offset`, or (null) at the acked record's own offset.
+ */
+function deliverAfterAck(lines: Line[], hit: { inv: number; comp: number }, handle: string, offset: number | null): Mutated | null {
   const ack = lines[hit.inv]!;
   const topic = String(ack.value["topic"]);
-  // The delivery that was acked, for its node and boot.
   const original = lines.find((l) => l.f === "consume" && l.type === "ok" && l.value["delivery"] === ack.value["delivery"])!;
-  const out = insertDelivery(
-    lines,
-    lines[hit.comp]!.time_ns,
-    // The acked record itself, delivered again (another offset would be another copy on a child path).
-    delivery(topic, ack.value["msg"], "dup-1", String(original.value["node"]), String(original.value["boot"]), original.value["partition"] as number, original.value["offset"] as number),
-  );
+  const v = original.value;
+  const d = delivery(topic, ack.value["msg"], handle, String(v["node"]), String(v["boot"]), v["partition"] as number, offset ?? (v["offset"] as number));
+  const out = insertDelivery(lines, lines[hit.comp]!.time_ns, d);
   return out && { lines: out, name: "duplicate-after-ack", msg: String(ack.value["msg"]), path: topic };
-};
+}
 
 /**
  * A second copy of a message on a child path (a new offset), delivered after a 204 ack of the
@@ -179,16 +183,7 @@ const addUnexplainedRecopy: Mutation = (lines, pick) => {
     if (faults.every((f) => f.compNs + slackNs < from || f.invNs > later.time_ns)) candidates.push({ inv: i, comp: c });
   });
   const hit = choose(candidates, pick);
-  if (hit === null) return null;
-  const ack = lines[hit.inv]!;
-  const topic = String(ack.value["topic"]);
-  const original = lines.find((l) => l.f === "consume" && l.type === "ok" && l.value["delivery"] === ack.value["delivery"])!;
-  const out = insertDelivery(
-    lines,
-    lines[hit.comp]!.time_ns,
-    delivery(topic, ack.value["msg"], "recopy-1", String(original.value["node"]), String(original.value["boot"]), original.value["partition"] as number, 1_000_000),
-  );
-  return out && { lines: out, name: "duplicate-after-ack", msg: String(ack.value["msg"]), path: topic };
+  return hit && deliverAfterAck(lines, hit, "recopy-1", 1_000_000);
 };
 
 const deliverRefused: Mutation = (lines, pick) => {

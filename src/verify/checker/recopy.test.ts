@@ -211,12 +211,18 @@ test("a re-copy explained only by a kill without boot evidence is unknown", () =
   assert.deepEqual(Object.keys(s.r.unknownCounts).sort(), ["explained-by-unevidenced-fault", "unevidenced-fault"]);
 });
 
+/** m1 produced to t (owner n1, boot b1), delivered and acked there; t has the fan-out child c. */
+function producedToParent(childPartitions: number): HistoryBuilder {
+  const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: childPartitions } }, children: { t: [{ topic: "c", kind: "fanout" }] } });
+  b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
+  b.consume("c0", "t", "m1", "t-d1", 12, 13, { boot: "b1" });
+  b.ack("c0", "t", "m1", "t-d1", 14, 15);
+  return b;
+}
+
 test("one fault explains one extra copy: a third copy needs a second fault", () => {
   const build = (secondKill: boolean) => {
-    const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 3 } }, children: { t: [{ topic: "c", kind: "fanout" }] } });
-    b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
-    b.consume("c0", "t", "m1", "t-d1", 12, 13, { boot: "b1" });
-    b.ack("c0", "t", "m1", "t-d1", 14, 15);
+    const b = producedToParent(3);
     b.consume("c1", "c", "m1", "c-d1", 20, 21, { partition: 0, boot: "b1" });
     b.ack("c1", "c", "m1", "c-d1", 30, 31);
     b.fault("kill", 60, 61, { node: "n1" });
@@ -245,10 +251,7 @@ test("two copies leased at once are two records: no double-lease when a kill exp
   // Copy one on c/0 leased at 20, copy two delivered at 200 while that lease is still live (no
   // lapse; n2, their owner, was not restarted), both acked after: two records, or one.
   const leasedTwice = (secondPartition: number) => {
-    const b = new HistoryBuilder({ topics: { t: { partitions: 1 }, c: { partitions: 2 } }, children: { t: [{ topic: "c", kind: "fanout" }] } });
-    b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
-    b.consume("c0", "t", "m1", "t-d1", 12, 13, { boot: "b1" });
-    b.ack("c0", "t", "m1", "t-d1", 14, 15);
+    const b = producedToParent(2);
     b.consume("c1", "c", "m1", "c-d1", 20, 21, { partition: 0, boot: "b1", node: "n2" });
     b.fault("kill", 60, 61, { node: "n1" });
     b.fault("start", 70, 100, { node: "n1" }, "ok", { boot: "b2" });
