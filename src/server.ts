@@ -195,7 +195,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       secret: cp.clusterSecret,
       cluster: {
         ownsPartition: (t, p, e) => cp.ownsPartition(t, p, e),
-        copyToChild: (child, records) => service!.copyToChild(child, records),
+        copyToChild: (child, records, partition) => service!.copyToChild(child, records, partition),
       },
     });
     ownership = new Ownership({

@@ -185,6 +185,22 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal(empty.key, null);
     });
 
+    test("a produce's 202 names the owner that stored the message and its boot, through whichever node it came", async () => {
+      const topic = await createTopic({ partitions: 1 });
+      const answers: { owner: string | null; ownerBoot: string | null }[] = [];
+      // One produce through each node: in a cluster most of them are forwarded to the owner.
+      for (let i = 0; i < d.urls.length; i++) {
+        const r = await req("POST", `/v1/topics/${topic}/messages`, `m${i}`);
+        assert.equal(r.status, 202, await r.clone().text());
+        assert.deepEqual(Object.keys((await r.json()) as Json).sort(), ["offset", "partition"]);
+        answers.push({ owner: r.headers.get("narad-owner"), ownerBoot: r.headers.get("narad-owner-boot") });
+      }
+      // The lease holder of a consume is the partition's owner: the same node, the same boot.
+      const m = await consume(topic);
+      assert.ok(m);
+      for (const a of answers) assert.deepEqual(a, { owner: m.owner, ownerBoot: m.ownerBoot });
+    });
+
     test("exactly 1 MiB is accepted and one byte more is 413, which stores nothing", async () => {
       const topic = await createTopic({ partitions: 1 });
       const big = randomBytes(1_048_576);

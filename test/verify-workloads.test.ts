@@ -13,6 +13,8 @@ import { runWorkload, deriveSeed, type RunResult } from "../src/verify/workloads
 import { planFaults } from "../src/verify/nemesis/index.js";
 
 const SEED = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARAD_TEST_SEED) : 20261201;
+/** The children run's seed: its schedule kills the parent's owner and stops the remote node early on. */
+const CHILDREN_SEED = 9;
 
 const dirs: string[] = [];
 let failed = false;
@@ -87,8 +89,15 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     assert.equal(report.verdict, "valid");
   });
 
-  test("children on one node, with a remote child on a second node (security on): valid on every path, faults on both nodes evidenced", async () => {
-    const r = await runWorkload({ workload: "children", outDir: await outDir(), seed: SEED, durationS: 3 });
+  test("children on one node, with a remote child on a second node (security on), under continuous load: valid on every path, faults on both nodes evidenced", async () => {
+    // Sanity of the fixed seed: its schedule kills the parent's owner n1 and stops r1 early on.
+    const seed = process.env.NARAD_TEST_SEED !== undefined ? SEED : CHILDREN_SEED;
+    const schedule = { intervalMs: 1_200, intervalJitterMs: 400, holdMs: 500, holdJitterMs: 250 };
+    const plan = planFaults({ seed: deriveSeed(seed, "nemesis"), faults: ["terminate", "kill"], ...schedule, targetCount: 2 }, 2);
+    if (process.env.NARAD_TEST_SEED === undefined) assert.deepEqual(plan.map((p) => `${p.kind} ${["n1", "r1"][p.target]}`), ["kill n1", "terminate r1"]);
+
+    // At least those two faults, however slow restarts are on this machine.
+    const r = await runWorkload({ workload: "children", outDir: await outDir(), seed, durationS: 4, faultIntervalMs: schedule.intervalMs, faultHoldMs: schedule.holdMs, faultsMin: 2 });
     assertValid(r);
     // The config line names the children, the remote one by its topic on the other node.
     const first = JSON.parse((await readFile(r.historyPath, "utf8")).split("\n", 1)[0]!) as { value: { children: Record<string, unknown>; topics: Record<string, unknown> } };
@@ -96,7 +105,7 @@ describe("verify workloads", { timeout: 240_000 }, () => {
       t: [
         { topic: "t.fan", kind: "fanout" },
         { topic: "t.delay", kind: "delay", delay_ms: 5_000 },
-        { topic: "remote-t", kind: "remote" },
+        { topic: "remote-t", kind: "remote", nodes: ["r1"] },
       ],
     });
     assert.deepEqual(Object.keys(first.value.topics).sort(), ["remote-t", "t", "t.delay", "t.fan"]);
@@ -105,8 +114,8 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     assert.equal(rep.counts.pairs.total, 4 * rep.counts.messages, explain(r));
     for (const node of ["n1", "r1"]) {
       const stop = rep.faults.find((f) => (f.kind === "kill" || f.kind === "terminate") && f.node === node && f.outcome === "ok");
-      assert.ok(stop !== undefined, `seed ${SEED}: no stop of ${node}: ${JSON.stringify(rep.faults.map((f) => [f.kind, f.node]))}`);
-      assert.equal(stop.evidence, true, `seed ${SEED}: ${node}'s ${stop.kind} has no boot evidence`);
+      assert.ok(stop !== undefined, `seed ${seed}: no stop of ${node}: ${JSON.stringify(rep.faults.map((f) => [f.kind, f.node]))}`);
+      assert.equal(stop.evidence, true, `seed ${seed}: ${node}'s ${stop.kind} has no boot evidence`);
     }
     for (const a of ["lost", "misrouted", "early-delivery"] as const) assert.equal(rep.anomalyCounts[a] ?? 0, 0, explain(r));
   });
@@ -119,5 +128,8 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     const b = await runNarad(["verify", "run", "--workload", "e2e", "--nodes", "0", "--out", out]);
     assert.equal(b.code, 2);
     assert.match(b.stderr, /--nodes must be a positive integer/);
+    const c = await runNarad(["verify", "run", "--workload", "e2e", "--quiet-windows", "--out", out]);
+    assert.equal(c.code, 2);
+    assert.match(c.stderr, /^narad: --quiet-windows and --no-quiet-windows go with --workload children\n$/);
   });
 });

@@ -30,7 +30,7 @@ import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, LIMITS, TOPIC_NAME_RE, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import { CursorFile } from "../storage/cursor-file.js";
 import { Narad } from "../client/index.js";
-import { PartitionCopier, type ChildLink } from "./children.js";
+import { PartitionCopier, REMOTE_PUSH_TIMEOUT_MS, type ChildLink } from "./children.js";
 import { openAckLog, openPartitionLog, writeFileAtomic } from "../storage/index.js";
 import type { Clock, StoredRecord } from "../storage/types.js";
 import { HandleCodec } from "./handles.js";
@@ -618,7 +618,7 @@ export class Broker {
       const id = `${link.url}|${link.credentials?.user ?? ""}`;
       let client = this.remotes.get(id);
       if (client === undefined) {
-        client = new Narad({ url: link.url!, user: link.credentials?.user, password: link.credentials?.password, requestTimeoutMs: 10_000 });
+        client = new Narad({ url: link.url!, user: link.credentials?.user, password: link.credentials?.password, requestTimeoutMs: REMOTE_PUSH_TIMEOUT_MS });
         this.remotes.set(id, client);
       }
       await client.produceBatch(

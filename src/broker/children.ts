@@ -11,8 +11,10 @@
 //
 // Delay children: a record is copied only once its parent commit time + delay has passed, so a
 // copy is never visible earlier, restarts included. The commit time of a record committed in this
-// boot is the time the copier saw syncedOffset pass it (an upper bound); for records committed
-// before this boot it is their produce time + PRE_BOOT_COMMIT_MARGIN_MS.
+// boot is the moment the copier saw syncedOffset pass it (an upper bound), and its delay is
+// measured on the monotonic clock: a wall clock stepped or slewed forward (NTP, a VM's time sync)
+// must not make a copy early. For records committed before this boot only the wall clock can
+// compare: their produce time + PRE_BOOT_COMMIT_MARGIN_MS.
 //
 // Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round; remote pushes
 // back off exponentially from 100 ms to REMOTE_BACKOFF_MAX_MS while the other cluster is down.
@@ -27,6 +29,8 @@ export const COPY_BATCH_RECORDS = 1000;
 export const COPY_BATCH_BYTES = 4 * 1024 * 1024;
 export const REMOTE_BACKOFF_MAX_MS = 10_000;
 export const PRE_BOOT_COMMIT_MARGIN_MS = 1000;
+/** A push to a remote child waits this long for the other cluster's answer, then fails (and is retried). */
+export const REMOTE_PUSH_TIMEOUT_MS = 10_000;
 /** Commit-time checkpoints kept per partition (older records fall back to the margin rule). */
 const CHECKPOINTS_MAX = 4096;
 
@@ -59,8 +63,8 @@ export class PartitionCopier {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly state = new Map<string, LinkState>();
-  /** (first offset not yet seen synced, wall time it was seen) checkpoints, ascending. */
-  private readonly checkpoints: { below: number; atMs: number }[] = [];
+  /** (first offset not yet seen synced, monotonic time it was seen) checkpoints, ascending. */
+  private readonly checkpoints: { below: number; atMono: number }[] = [];
   private lastSynced: number;
   /** The copy round running now, so close() can wait for it. */
   private inFlight: Promise<void> = Promise.resolve();
@@ -103,7 +107,7 @@ export class PartitionCopier {
     if (this.closed) return;
     const synced = this.partition.log.syncedOffset;
     if (synced > this.lastSynced) {
-      this.checkpoints.push({ below: synced, atMs: this.clock.nowMs() });
+      this.checkpoints.push({ below: synced, atMono: this.clock.monoMs() });
       if (this.checkpoints.length > CHECKPOINTS_MAX) this.checkpoints.splice(0, this.checkpoints.length - CHECKPOINTS_MAX);
       this.lastSynced = synced;
     }
@@ -121,10 +125,11 @@ export class PartitionCopier {
     });
   }
 
-  private commitTimeMs(r: StoredRecord): number {
-    for (const c of this.checkpoints) if (r.offset < c.below) return Math.max(c.atMs, r.producedAtMs);
-    if (this.bugs.has("delay-early-after-restart")) return r.producedAtMs - 1e12; // seeded bug
-    return r.producedAtMs + PRE_BOOT_COMMIT_MARGIN_MS;
+  /** How long until the delay copy of `r` is due (0 or less: now). */
+  private dueInMs(r: StoredRecord, delayMs: number): number {
+    for (const c of this.checkpoints) if (r.offset < c.below) return c.atMono + delayMs - this.clock.monoMs();
+    if (this.bugs.has("delay-early-after-restart")) return r.producedAtMs - 1e12 + delayMs - this.clock.nowMs(); // seeded bug
+    return r.producedAtMs + PRE_BOOT_COMMIT_MARGIN_MS + delayMs - this.clock.nowMs();
   }
 
   private schedule(delayMs: number): void {
@@ -172,11 +177,10 @@ export class PartitionCopier {
         st.pendingSinceMs = records[0]!.producedAtMs;
         let due = records;
         if (link.kind === "delay") {
-          const nowMs = this.clock.nowMs();
-          const firstLate = records.findIndex((r) => this.commitTimeMs(r) + link.delay_ms! > nowMs);
+          const firstLate = records.findIndex((r) => this.dueInMs(r, link.delay_ms!) > 0);
           if (firstLate >= 0) {
             due = records.slice(0, firstLate);
-            nextWakeMs = Math.min(nextWakeMs, this.commitTimeMs(records[firstLate]!) + link.delay_ms! - nowMs);
+            nextWakeMs = Math.min(nextWakeMs, this.dueInMs(records[firstLate]!, link.delay_ms!));
           }
         }
         if (due.length > 0) {
@@ -204,6 +208,11 @@ export class PartitionCopier {
     }
     if (nextWakeMs < Infinity) this.schedule(nextWakeMs);
     else if (this.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
+  }
+
+  /** Resolves when the copy round running now (if any) has ended. */
+  async settled(): Promise<void> {
+    await this.inFlight.catch(() => undefined);
   }
 
   /**

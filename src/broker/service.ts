@@ -28,6 +28,17 @@ export interface TopicSettings {
   retention_ms?: number;
 }
 
+/**
+ * Where a produced message went. `owner` and `ownerBoot` name the partition's owner that stored it
+ * when that is another node (a forwarded produce); absent, it is the node that answered.
+ */
+export interface Produced {
+  partition: number;
+  offset: number;
+  owner?: string;
+  ownerBoot?: string;
+}
+
 export interface Service {
   readonly metrics: BrokerMetrics;
   listTopics(): TopicJson[];
@@ -41,7 +52,7 @@ export interface Service {
   listChildren(parent: string): Promise<ChildJson[]>;
   attachChild(parent: string, link: ChildLink, ctx: RequestContext): Promise<ChildJson>;
   detachChild(parent: string, child: string, ctx: RequestContext): Promise<void>;
-  produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]>;
+  produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]>;
   consume(topic: string, max: number, waitMs: number, signal: AbortSignal, ctx: RequestContext): Promise<Delivery[]>;
   settle(topic: string, handles: string[], action: SettleAction, ctx: RequestContext): Promise<SettleOutcome[]>;
   /** A replay page, or (from another owner) its JSON answer as is. */
@@ -94,7 +105,7 @@ export class LocalService implements Service {
     return this.broker.detachChild(parent, child);
   }
 
-  produce(topic: string, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+  produce(topic: string, items: ProduceItem[]): Promise<Produced[]> {
     return this.broker.produce(topic, items);
   }
 

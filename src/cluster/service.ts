@@ -43,7 +43,7 @@ import type { ChildLink } from "../broker/children.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
 import { groupByPartition } from "../broker/partitioner.js";
-import type { RequestContext, Service, SettleOutcome, TopicSettings } from "../broker/service.js";
+import type { Produced, RequestContext, Service, SettleOutcome, TopicSettings } from "../broker/service.js";
 import type { Clock, StoredRecord } from "../storage/types.js";
 import type { ClusterTopic, ControlPlane, PartitionPlacement } from "./control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused, NodeSuperseded } from "./errors.js";
@@ -112,7 +112,7 @@ export class ClusterService implements Service {
   private readonly produceRr = new Map<string, number>();
   private readonly consumeRr = new Map<string, number>();
   private readonly me: string;
-  private readonly produces: Coalescer<ProduceForward, { partition: number; offset: number }[]>;
+  private readonly produces: Coalescer<ProduceForward, Produced[]>;
   private readonly consumes: Coalescer<ConsumeForward, Delivery[]>;
   private readonly settles: Coalescer<SettleForward, SettleOutcome[]>;
   /** Long polls waiting on other owners, ended at once by a graceful stop. */
@@ -435,7 +435,7 @@ export class ClusterService implements Service {
 
   // ---- produce ----------------------------------------------------------------------------------
 
-  async produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]> {
+  async produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]> {
     const t = await this.topic(topic);
     const n = t.partitions;
     const keys = items.map((it) => it.key);
@@ -445,7 +445,7 @@ export class ClusterService implements Service {
       const [p] = groups.keys();
       return this.produceGroup(t, p!, items, ctx);
     }
-    const results = new Array<{ partition: number; offset: number }>(items.length);
+    const results = new Array<Produced>(items.length);
     const outcomes = await Promise.allSettled(
       [...groups].map(async ([p, idxs]) => {
         const r = await this.produceGroup(t, p, idxs.map((i) => items[i]!), ctx);
@@ -473,7 +473,7 @@ export class ClusterService implements Service {
   }
 
   /** Appends one group to partition p, routing around an owner that cannot take it. */
-  private async produceGroup(t: ClusterTopic, p: number, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]> {
+  private async produceGroup(t: ClusterTopic, p: number, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]> {
     const tried = new Set<number>();
     let part = p;
     for (;;) {
@@ -514,7 +514,8 @@ export class ClusterService implements Service {
     return pool[this.nextPartition(this.produceRr, `${t.name}\0alt`, pool.length)];
   }
 
-  private async remoteProduce(node: string, topic: string, p: number, items: ProduceItem[], ctx: RequestContext): Promise<{ partition: number; offset: number }[]> {
+  /** Appends at the owner `node`; each result names the owner and its boot (from its answer's Narad-Node, Narad-Boot). */
+  private async remoteProduce(node: string, topic: string, p: number, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]> {
     const base = `${INTERNAL_PREFIX}/topics/${encodeURIComponent(topic)}/partitions/${p}/messages`;
     const headers: Record<string, string> = {};
     if (ctx.authorization !== undefined) headers.authorization = ctx.authorization;
@@ -524,12 +525,12 @@ export class ClusterService implements Service {
       headers["content-type"] = "application/octet-stream";
       res = await this.forward(node, { method: "POST", path: it.key === null ? base : `${base}?key=${encodeURIComponent(it.key)}`, headers, body: it.payload });
       if (res.status !== 202) throw errorFromPeer(res);
-      return [JSON.parse(res.body.toString("utf8")) as { partition: number; offset: number }];
+      return [ownedBy(res, JSON.parse(res.body.toString("utf8")) as Produced)];
     }
     headers["content-type"] = BATCH_BINARY_TYPE;
     res = await this.forward(node, { method: "POST", path: `${base}/batch`, headers, body: encodeBinaryBatch(items) });
     if (res.status !== 202) throw errorFromPeer(res);
-    return (JSON.parse(res.body.toString("utf8")) as { results: { partition: number; offset: number }[] }).results;
+    return (JSON.parse(res.body.toString("utf8")) as { results: Produced[] }).results.map((r) => ownedBy(res, r));
   }
 
   /** Internal route: append to exactly this partition, which this node must own. */
@@ -848,6 +849,13 @@ function jsonHeaders(ctx: RequestContext): Record<string, string> {
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {
   const v = h[name];
   return Array.isArray(v) ? v[0] : v;
+}
+
+/** A result of a produce the owner answered: the owner is the peer that answered (every answer names its node and boot). */
+function ownedBy(res: PeerResponse, r: Produced): Produced {
+  const owner = header(res.headers, "narad-node");
+  const ownerBoot = header(res.headers, "narad-boot");
+  return { partition: r.partition, offset: r.offset, ...(owner !== undefined && ownerBoot !== undefined ? { owner, ownerBoot } : {}) };
 }
 
 function errText(e: unknown): string {

@@ -267,14 +267,18 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     checkKey(key);
     const payload = await readBody(req, LIMITS.messageBytesMax);
     const [r] = await svc.produce(topic, [{ key, payload }], ctx.req);
-    sendJson(res, 202, r);
+    // The owner that stored it, as a consume names the lease's owner (the verification toolkit
+    // records it: a kill of that node is what can make a child receive a copy twice).
+    res.setHeader(HEADERS.owner, r!.owner ?? nodeId);
+    res.setHeader(HEADERS.ownerBoot, r!.ownerBoot ?? bootId);
+    sendJson(res, 202, { partition: r!.partition, offset: r!.offset });
   });
   on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
     await svc.checkTopic(topic);
     const items = await readBatch(req);
     const results = await svc.produce(topic, items, ctx.req);
-    sendJson(res, 202, { results });
+    sendJson(res, 202, { results: results.map((r) => ({ partition: r.partition, offset: r.offset })) });
   });
   const readBatch = async (req: IncomingMessage): Promise<ProduceItem[]> => {
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();

@@ -381,6 +381,7 @@ export class Collector {
       case "produce":
         ops.partition[op] = v["partition"] as number;
         ops.offset[op] = v["offset"] as number;
+        if (typeof v["node"] === "string") this.producedBy(op, this.nodes.id(v["node"]), this.boots.id(v["boot"] as string), ev.time_ns);
         break;
       case "consume": {
         if (v["msg"] === null) break;
@@ -454,6 +455,12 @@ export class Collector {
     ops.offset[op] = offset;
     ops.delivery[op] = delivery;
     ops.node[op] = node;
+    this.reportBoot(node, boot, timeNs, op);
+  }
+
+  /** Records the owner a produce ok names (the node whose copier copies it to the children). */
+  producedBy(op: number, node: number, boot: number, timeNs: number): void {
+    this.ops.node[op] = node;
     this.reportBoot(node, boot, timeNs, op);
   }
 

@@ -73,13 +73,23 @@ export class HistoryBuilder {
     return ref;
   }
 
-  produce(process: string, topic: string, msg: string, invMs: number, compMs: number | null, outcome: Outcome | 429 | 503 = "ok", partition = 0): number {
+  /** `owner`: the node and boot the ok names as the partition's owner (left out when not given). */
+  produce(
+    process: string,
+    topic: string,
+    msg: string,
+    invMs: number,
+    compMs: number | null,
+    outcome: Outcome | 429 | 503 = "ok",
+    partition = 0,
+    owner?: { node: string; boot: string },
+  ): number {
     if (outcome === 429 || outcome === 503) return this.op(process, "produce", { topic, msg }, invMs, compMs, "fail", { status: outcome });
     if (outcome === "ok") {
       const key = `${topic}/${partition}`;
       const offset = this.offsets.get(key) ?? 0;
       this.offsets.set(key, offset + 1);
-      return this.op(process, "produce", { topic, msg }, invMs, compMs, "ok", { partition, offset, status: 202 });
+      return this.op(process, "produce", { topic, msg }, invMs, compMs, "ok", { partition, offset, status: 202, ...owner });
     }
     if (outcome === "fail") return this.op(process, "produce", { topic, msg }, invMs, compMs, "fail", { status: 503 });
     return this.op(process, "produce", { topic, msg }, invMs, compMs, outcome, { error: "timeout" });

@@ -7,7 +7,10 @@
 //      are gathered into one flat array (counting sort by pair, op order kept);
 //   3. per pair: unexpected / misrouted / refused-delivered / early-delivery by direct tests, then
 //      the exact search (pair.ts) with the evidenced faults, then with every fault (a pair legal only
-//      thanks to an unevidenced fault is `unknown`), then lost and stranded against the final drain;
+//      thanks to an unevidenced fault is `unknown`), then lost and stranded against the final drain.
+//      On a child path whose deliveries show several copies (offsets), each copy is first searched
+//      on its own, every extra copy explained by a fault that makes the copier copy again
+//      (recopy.ts); failing that, the pair is searched as one record;
 //   4. replays: skip and nonmonotonic;
 //   5. measures: redeliveries by cause, lag, silence after each fault, counts and time series.
 //
@@ -27,10 +30,12 @@ import {
   type ReplayRec,
   type RunData,
 } from "./collect.js";
-import { analyseFaults, FaultIndex } from "./faults.js";
+import { analyseFaults, FaultIndex, type FaultInfo } from "./faults.js";
+import { copiesAgain, planRecopies, RECOPY_COPIES_MAX, type CopyView, type RecopyFault } from "./recopy.js";
 import {
   C_FIRST,
   C_FORGET,
+  C_RECOPY,
   C_LAPSE,
   C_NACK,
   classifyIllegal,
@@ -41,6 +46,7 @@ import {
   K_PRODUCE,
   PairSearch,
   type PairEnv,
+  type SearchStatus,
 } from "./pair.js";
 import { buildMeasures, type PairTimes } from "./measures.js";
 import type {
@@ -48,6 +54,7 @@ import type {
   AnomalyName,
   CheckOptions,
   ExplainedDuplicate,
+  ExplainedRecopy,
   FaultSummary,
   Report,
   Unknown,
@@ -115,13 +122,27 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   }
   const delayNs = new Float64Array(nTopics);
   const childrenOf: number[][] = Array.from({ length: nTopics }, () => []);
+  /** Per child topic: its parent (-1 for a topic that is no child), and the remote cluster's nodes it lists. */
+  const parentOf = new Int32Array(nTopics).fill(-1);
+  const viaNodesOf: number[][] = Array.from({ length: nTopics }, () => []);
+  const splitBatches = new Uint8Array(nTopics);
   for (const [parent, list] of Object.entries(children)) {
     const p = run.topics.find(parent);
     for (const c of list) {
       const t = run.topics.find(c.topic);
       childrenOf[p]!.push(t);
+      parentOf[t] = p;
       if (c.kind === "delay") delayNs[t] = (c.delay_ms ?? 0) * MS;
+      for (const n of c.nodes ?? []) viaNodesOf[t]!.push(run.nodes.find(n));
+      // A copy batch may go to several owners of the child's partitions, except for a replica.
+      if (c.kind !== "replica") splitBatches[t] = 1;
     }
+  }
+  // For those children, every node that delivered on the path owns (owned) a partition of it.
+  for (let op = 0; op < ops.length; op++) {
+    if (ops.f[op] !== F_CONSUME || ops.outcome[op] !== O_OK || ops.msg[op]! < 0) continue;
+    const t = ops.topic[op]!;
+    if (parentOf[t] >= 0 && splitBatches[t] && !viaNodesOf[t]!.includes(ops.node[op]!)) viaNodesOf[t]!.push(ops.node[op]!);
   }
 
   // ---- faults ----
@@ -140,6 +161,10 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
     });
   }
   const faultRedeliveries = new Int32Array(faults.length);
+  // Faults that may make a copier copy again, as the re-copy rule sees them (recopy.ts).
+  const recopyFaultOf = (f: FaultInfo): RecopyFault => ({ fault: f.fault, kind: f.kind, node: f.node, invNs: f.time.invNs, compNs: f.time.compNs });
+  const recopyEvidenced = faults.filter((f) => f.mayHaveHappened && copiesAgain(f.kind) && (!f.needsEvidence || f.evidence)).map(recopyFaultOf);
+  const recopyAll = faults.filter((f) => f.mayHaveHappened && copiesAgain(f.kind)).map(recopyFaultOf);
 
   // ---- messages: their produces and earliest delivery anywhere ----
   const nMsgs = run.msgs.size;
@@ -262,6 +287,8 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   const byCause = { lapse: 0, nack: 0, fault: 0 };
   const explained: ExplainedDuplicate[] = [];
   let explainedTotal = 0;
+  const recopies: ExplainedRecopy[] = [];
+  let recopiesTotal = 0;
   let pairsLegal = 0;
   let pairsInvalid = 0;
   let pairsUnknown = 0;
@@ -290,6 +317,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   // The pair being judged, shared by the helpers below so the loop allocates nothing per pair.
   let curMsg = -1;
   let curTopic = -1;
+  let curPair = -1;
   let curInvalid = false;
   let curUnknown = false;
   const anomaly = (name: AnomalyName, opRows: number[], explanation: string): void => {
@@ -307,6 +335,179 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
 
   const search = new PairSearch();
   const searchRows = (): number[] => search.snapshot().map((o) => o.op);
+  // The produce, delay and timeout of the pair being searched (for recordCause and the copies).
+  let curProduce = -1;
+  let curDelay = 0;
+  let curVt = 0;
+
+  /**
+   * Fills `s` with the pair's search operations: the produce, then the pair's operations in invoke
+   * order; with `copy` >= 0 only those of that copy (copyOfOp, from groupCopies).
+   */
+  const fillSearch = (s: PairSearch, a0: number, a1: number, copy: number): void => {
+    s.reset();
+    const produce = curProduce;
+    const po = ops.outcome[produce]!;
+    s.add(produce, K_PRODUCE, po === O_OK, ops.invNs[produce]!, po === O_OK ? ops.compNs[produce]! : Infinity, -1);
+    for (let k = a0; k < a1; k++) {
+      if (copy >= 0 && copyOfOp[k - a0] !== copy) continue;
+      const op = pairOps[k]!;
+      const f = ops.f[op]!;
+      const o = ops.outcome[op]!;
+      if (o === O_FAIL) continue;
+      if (f === F_CONSUME) {
+        s.add(op, K_DELIVER, true, ops.invNs[op]!, ops.compNs[op]!, s.n);
+        continue;
+      }
+      let handle = -1;
+      const dId = ops.delivery[op]!;
+      for (let j = 1; j < s.n; j++) {
+        const x = s.ops[j]!;
+        if (x.kind === K_DELIVER && ops.delivery[x.op] === dId) {
+          handle = j;
+          break;
+        }
+      }
+      // Unknown handles: a 204 cannot be explained; an ambiguous answer changes nothing.
+      if (handle < 0 && o !== O_OK) continue;
+      const bounded = o === O_OK || (o === O_INFO && ops.status[op] === 410);
+      s.add(op, f === F_ACK ? K_ACK : f === F_EXTEND ? K_EXTEND : K_NACK, o === O_OK, ops.invNs[op]!, bounded ? ops.compNs[op]! : Infinity, handle);
+    }
+  };
+
+  /** Counts one delivery's cause (redeliveries, explained duplicates and re-copies) and its lag. */
+  const recordCause = (d: number, cause: number, fault: number, sinceOp: number): void => {
+    let sinceNs = NaN;
+    let since = 0;
+    if (cause === C_FIRST) {
+      if (ops.outcome[curProduce] === O_OK) sinceNs = ops.compNs[curProduce]! + curDelay;
+      since = 1;
+    } else {
+      redeliveryTotal++;
+      if (cause === C_LAPSE) {
+        byCause.lapse++;
+        sinceNs = ops.compNs[sinceOp]! + curVt;
+        since = 3;
+      } else if (cause === C_NACK) {
+        byCause.nack++;
+        sinceNs = ops.compNs[sinceOp]!;
+        since = 2;
+      } else {
+        byCause.fault++;
+        faultRedeliveries[fault]!++;
+        const fi = faults[fault]!;
+        sinceNs = Number.isFinite(fi.endNs) ? fi.endNs : fi.time.compNs;
+        since = 4;
+        if (cause === C_FORGET) {
+          explainedTotal++;
+          if (explained.length < listMax) {
+            explained.push({ msg: run.msgs.name(curMsg), path: run.topics.name(curTopic), deliveryOp: idx(d), ackOp: idx(sinceOp), faultOp: idx(fi.op) });
+          }
+        } else if (cause === C_RECOPY) {
+          recopiesTotal++;
+          if (recopies.length < listMax) {
+            recopies.push({ msg: run.msgs.name(curMsg), path: run.topics.name(curTopic), deliveryOp: idx(d), sourceOp: idx(sinceOp), faultOp: idx(fi.op) });
+          }
+        }
+      }
+    }
+    if (Number.isFinite(sinceNs)) {
+      lagMs[d] = Math.max(0, ops.compNs[d]! - sinceNs) / MS;
+      lagSince[d] = since;
+    }
+  };
+
+  // The copies of the pair being judged (child paths): per copy its partition, offset, first
+  // delivery (op, completion, node); per pair operation its copy (-1: none).
+  const copyPartition: number[] = [];
+  const copyOffset: number[] = [];
+  const copyFirstOp: number[] = [];
+  const copyViews: CopyView[] = [];
+  const copyOfOp: number[] = [];
+  /** Causes found by judgeCopies, four numbers each (delivery op, cause, fault, since op). */
+  const copyCauses: number[] = [];
+  const copySearch = new PairSearch();
+  let copyStepsMax = 0;
+
+  /** Groups the pair's deliveries by (partition, offset): true when there are several copies to judge one by one. */
+  const groupCopies = (a0: number, a1: number): boolean => {
+    copyPartition.length = 0;
+    copyOffset.length = 0;
+    copyFirstOp.length = 0;
+    copyViews.length = 0;
+    copyOfOp.length = 0;
+    for (let k = a0; k < a1; k++) {
+      const op = pairOps[k]!;
+      copyOfOp.push(-1);
+      if (ops.f[op] !== F_CONSUME) continue;
+      let c = 0;
+      while (c < copyPartition.length && !(copyPartition[c] === ops.partition[op] && copyOffset[c] === ops.offset[op])) c++;
+      if (c === copyPartition.length) {
+        copyPartition.push(ops.partition[op]!);
+        copyOffset.push(ops.offset[op]!);
+        copyFirstOp.push(op);
+        copyViews.push({ partition: ops.partition[op]!, offset: ops.offset[op]!, firstDeliveryNs: ops.compNs[op]!, node: ops.node[op]! });
+      } else if (ops.compNs[op]! < copyViews[c]!.firstDeliveryNs) {
+        copyFirstOp[c] = op;
+        copyViews[c] = { partition: ops.partition[op]!, offset: ops.offset[op]!, firstDeliveryNs: ops.compNs[op]!, node: ops.node[op]! };
+      }
+      copyOfOp[k - a0] = c;
+    }
+    if (copyPartition.length < 2 || copyPartition.length > RECOPY_COPIES_MAX) return false;
+    // Acks, extends and nacks go with the copy whose delivery they name.
+    for (let k = a0; k < a1; k++) {
+      const op = pairOps[k]!;
+      if (ops.f[op] === F_CONSUME || ops.outcome[op] === O_FAIL) continue;
+      for (let j = a0; j < a1; j++) {
+        if (ops.f[pairOps[j]!] === F_CONSUME && ops.delivery[pairOps[j]!] === ops.delivery[op]) {
+          copyOfOp[k - a0] = copyOfOp[j - a0]!;
+          break;
+        }
+      }
+      // A 204 for a delivery nobody saw fits no copy: leave the pair to the one-record search.
+      if (copyOfOp[k - a0] === -1 && ops.outcome[op] === O_OK) return false;
+    }
+    return true;
+  };
+
+  /**
+   * Whether every copy has a legal order on its own and every copy but one is explained as a
+   * re-copy by a distinct fault of `candidates`. Leaves the causes in copyCauses.
+   */
+  const judgeCopies = (candidates: readonly RecopyFault[], env: PairEnv): boolean => {
+    copyCauses.length = 0;
+    const plan = planRecopies(copyViews, candidates, {
+      slackNs,
+      ackFlushNs: cfg.ack_flush_ms * MS,
+      ackSyncNs: cfg.ack_sync_ms * MS,
+      produceInvNs: ops.invNs[curProduce]!,
+      parentOwner: ops.outcome[curProduce] === O_OK ? ops.node[curProduce]! : -1,
+      viaNodes: viaNodesOf[curTopic]!,
+      answerNs: (cfg.copy_timeout_ms ?? cfg.ack_flush_ms) * MS,
+    });
+    if (plan === null) return false;
+    const a0 = pairStart[curPair]!;
+    const a1 = pairStart[curPair + 1]!;
+    for (let c = 0; c < copyViews.length; c++) {
+      fillSearch(copySearch, a0, a1, c);
+      const st = copySearch.search(env);
+      copyStepsMax = Math.max(copyStepsMax, copySearch.steps);
+      if (st !== "legal") return false;
+      for (let i = 1; i < copySearch.n; i++) {
+        let cause = copySearch.causeKind[i]!;
+        if (cause < 0) continue;
+        let fault = copySearch.causeFault[i]!;
+        let since = copySearch.causeSince[i]! >= 0 ? copySearch.ops[copySearch.causeSince[i]!]!.op : -1;
+        if (cause === C_FIRST && plan.faultOf[c]! >= 0) {
+          cause = C_RECOPY;
+          fault = plan.faultOf[c]!;
+          since = copyFirstOp[plan.sourceOf[c]!]!;
+        }
+        copyCauses.push(copySearch.ops[i]!.op, cause, fault, since);
+      }
+    }
+    return true;
+  };
   const deliveries: number[] = [];
   const early: number[] = [];
   for (let p = 0; p < nPairs; p++) {
@@ -319,8 +520,10 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
     const a1 = pairStart[p + 1]!;
     curMsg = m;
     curTopic = t;
+    curPair = p;
     curInvalid = false;
     curUnknown = false;
+    copyStepsMax = 0;
 
     for (let k = a0; k < a1; k++) if (ops.f[pairOps[k]!] === F_CONSUME) deliveries.push(pairOps[k]!);
 
@@ -402,44 +605,40 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
         }
       }
       if (a1 > a0) {
-        // The search's operations: the produce, then the rest in invoke order.
-        search.reset();
-        const po = ops.outcome[produce]!;
-        search.add(produce, K_PRODUCE, po === O_OK, ops.invNs[produce]!, po === O_OK ? ops.compNs[produce]! : Infinity, -1);
-        for (let k = a0; k < a1; k++) {
-          const op = pairOps[k]!;
-          const f = ops.f[op]!;
-          const o = ops.outcome[op]!;
-          if (o === O_FAIL) continue;
-          if (f === F_CONSUME) {
-            search.add(op, K_DELIVER, true, ops.invNs[op]!, ops.compNs[op]!, search.n);
-            continue;
-          }
-          let handle = -1;
-          const dId = ops.delivery[op]!;
-          for (let j = 1; j < search.n; j++) {
-            const x = search.ops[j]!;
-            if (x.kind === K_DELIVER && ops.delivery[x.op] === dId) {
-              handle = j;
-              break;
+        curProduce = produce;
+        curDelay = delay;
+        curVt = vt;
+        fillSearch(search, a0, a1, -1);
+        // Several copies on a child path (deliveries of other offsets): each copy is a record of
+        // its own, and every copy but one needs a fault that makes the copier copy again
+        // (recopy.ts). Tried first; otherwise the pair is judged as one record, as always.
+        const split = parentOf[t] === ops.topic[produce] && !repeated && deliveries.length >= 2 && groupCopies(a0, a1);
+        let status: SearchStatus = "illegal";
+        let steps = 0;
+        let usedUnevidenced = false;
+        let viaCopies = false;
+        if (split && judgeCopies(recopyEvidenced, envEvidenced[t]!)) {
+          status = "legal";
+          viaCopies = true;
+        } else {
+          status = search.search(envEvidenced[t]!);
+          steps = search.steps;
+          if (status === "illegal" && unevidenced.length > 0) {
+            if (split && judgeCopies(recopyAll, envAll[t]!)) {
+              status = "legal";
+              viaCopies = true;
+              usedUnevidenced = true;
+            } else {
+              const second = search.search(envAll[t]!);
+              steps = Math.max(steps, search.steps);
+              if (second !== "illegal") {
+                status = second;
+                usedUnevidenced = second === "legal";
+              }
             }
           }
-          // Unknown handles: a 204 cannot be explained; an ambiguous answer changes nothing.
-          if (handle < 0 && o !== O_OK) continue;
-          const bounded = o === O_OK || (o === O_INFO && ops.status[op] === 410);
-          search.add(op, f === F_ACK ? K_ACK : f === F_EXTEND ? K_EXTEND : K_NACK, o === O_OK, ops.invNs[op]!, bounded ? ops.compNs[op]! : Infinity, handle);
         }
-        let status = search.search(envEvidenced[t]!);
-        let steps = search.steps;
-        let usedUnevidenced = false;
-        if (status === "illegal" && unevidenced.length > 0) {
-          const second = search.search(envAll[t]!);
-          steps = Math.max(steps, search.steps);
-          if (second !== "illegal") {
-            status = second;
-            usedUnevidenced = second === "legal";
-          }
-        }
+        steps = Math.max(steps, copyStepsMax);
         if (steps > stepsMostInOnePair) stepsMostInOnePair = steps;
         if (status === "cap") {
           capHits++;
@@ -456,45 +655,14 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
           if (usedUnevidenced) {
             unknownPair("explained-by-unevidenced-fault", searchRows(), "legal only if a fault that left no boot evidence happened");
           }
-          // Redeliveries by cause, explained duplicates, and lag.
-          for (let i = 1; i < search.n; i++) {
-            const cause = search.causeKind[i]!;
-            if (cause < 0) continue;
-            const d = search.ops[i]!.op;
-            const sinceOp = search.causeSince[i]! >= 0 ? search.ops[search.causeSince[i]!]!.op : -1;
-            let sinceNs = NaN;
-            let since = 0;
-            if (cause === C_FIRST) {
-              if (po === O_OK) sinceNs = ops.compNs[produce]! + delay;
-              since = 1;
-            } else {
-              redeliveryTotal++;
-              if (cause === C_LAPSE) {
-                byCause.lapse++;
-                sinceNs = ops.compNs[sinceOp]! + vt;
-                since = 3;
-              } else if (cause === C_NACK) {
-                byCause.nack++;
-                sinceNs = ops.compNs[sinceOp]!;
-                since = 2;
-              } else {
-                byCause.fault++;
-                const fault = search.causeFault[i]!;
-                faultRedeliveries[fault]!++;
-                const fi = faults[fault]!;
-                sinceNs = Number.isFinite(fi.endNs) ? fi.endNs : fi.time.compNs;
-                since = 4;
-                if (cause === C_FORGET) {
-                  explainedTotal++;
-                  if (explained.length < listMax) {
-                    explained.push({ msg: run.msgs.name(m), path: run.topics.name(t), deliveryOp: idx(d), ackOp: idx(sinceOp), faultOp: idx(fi.op) });
-                  }
-                }
-              }
-            }
-            if (Number.isFinite(sinceNs)) {
-              lagMs[d] = Math.max(0, ops.compNs[d]! - sinceNs) / MS;
-              lagSince[d] = since;
+          // Redeliveries by cause, explained duplicates and re-copies, and lag.
+          if (viaCopies) {
+            for (let i = 0; i < copyCauses.length; i += 4) recordCause(copyCauses[i]!, copyCauses[i + 1]!, copyCauses[i + 2]!, copyCauses[i + 3]!);
+          } else {
+            for (let i = 1; i < search.n; i++) {
+              const cause = search.causeKind[i]!;
+              if (cause < 0) continue;
+              recordCause(search.ops[i]!.op, cause, search.causeFault[i]!, search.causeSince[i]! >= 0 ? search.ops[search.causeSince[i]!]!.op : -1);
             }
           }
         }
@@ -685,7 +853,15 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
     unknownCounts: findings.unknownCounts,
     unknownsOmitted: findings.unknownsOmitted,
     faults: faultSummaries,
-    redeliveries: { total: redeliveryTotal, byCause, byFault, explainedDuplicates: explained, explainedDuplicatesTotal: explainedTotal },
+    redeliveries: {
+      total: redeliveryTotal,
+      byCause,
+      byFault,
+      explainedDuplicates: explained,
+      explainedDuplicatesTotal: explainedTotal,
+      explainedRecopies: recopies,
+      explainedRecopiesTotal: recopiesTotal,
+    },
     lag: measures.lag,
     series: measures.series,
     timeline: measures.timeline,

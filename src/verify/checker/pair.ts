@@ -42,6 +42,8 @@ export const C_NACK = 2;
 export const C_FAULT = 3;
 /** A fault made the broker forget an ack: an explained duplicate-after-ack. */
 export const C_FORGET = 4;
+/** Not a search result: a copy made again by the copier (recopy.ts), judged by the checker. */
+export const C_RECOPY = 5;
 
 export interface PairOp {
   /** Row in the OpTable. */

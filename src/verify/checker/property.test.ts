@@ -41,8 +41,8 @@ function insertDelivery(lines: Line[], afterNs: number, value: Record<string, un
   return renumber([...lines.slice(0, at), ...inserted, ...lines.slice(at)]);
 }
 
-function delivery(topic: string, msg: unknown, handle: string, node = "n1", boot = "n1-b0"): Record<string, unknown> {
-  return { topic, msg, partition: 0, offset: 0, delivery: handle, delivery_count: 2, node, boot };
+function delivery(topic: string, msg: unknown, handle: string, node = "n1", boot = "n1-b0", partition = 0, offset = 0): Record<string, unknown> {
+  return { topic, msg, partition, offset, delivery: handle, delivery_count: 2, node, boot };
 }
 
 function names(r: Report): AnomalyName[] {
@@ -136,17 +136,54 @@ const addDuplicateAfterAck: Mutation = (lines, pick) => {
     });
   });
   const hit = choose(candidates, pick);
-  if (hit === null) return null;
+  // The acked record itself, delivered again (another offset would be another copy on a child path).
+  return hit && deliverAfterAck(lines, hit, "dup-1", null);
+};
+
+/**
+ * Inserts a delivery of the acked message, on its path and by the owner of the acked delivery,
+ * right after the ack completed: at `offset`, or (null) at the acked record's own offset.
+ */
+function deliverAfterAck(lines: Line[], hit: { inv: number; comp: number }, handle: string, offset: number | null): Mutated | null {
   const ack = lines[hit.inv]!;
   const topic = String(ack.value["topic"]);
-  // The delivery that was acked, for its node and boot.
   const original = lines.find((l) => l.f === "consume" && l.type === "ok" && l.value["delivery"] === ack.value["delivery"])!;
-  const out = insertDelivery(
-    lines,
-    lines[hit.comp]!.time_ns,
-    delivery(topic, ack.value["msg"], "dup-1", String(original.value["node"]), String(original.value["boot"])),
-  );
+  const v = original.value;
+  const d = delivery(topic, ack.value["msg"], handle, String(v["node"]), String(v["boot"]), v["partition"] as number, offset ?? (v["offset"] as number));
+  const out = insertDelivery(lines, lines[hit.comp]!.time_ns, d);
   return out && { lines: out, name: "duplicate-after-ack", msg: String(ack.value["msg"]), path: topic };
+}
+
+/**
+ * A second copy of a message on a child path (a new offset), delivered after a 204 ack of the
+ * first, with no kill, power loss or move anywhere from the message's produce to it: nothing could
+ * have made the copier copy it again, nor the broker forget the ack.
+ */
+const addUnexplainedRecopy: Mutation = (lines, pick) => {
+  const cfg = lines[0]!.value as { children?: Record<string, Array<{ topic: string }>> };
+  const childPaths = new Set(Object.values(cfg.children ?? {}).flatMap((l) => l.map((c) => c.topic)));
+  const slackNs = 50e6;
+  const faults: Array<{ invNs: number; compNs: number }> = [];
+  const produceNs = new Map<string, number>();
+  lines.forEach((l, i) => {
+    if (l.f === "fault" && l.type === "invoke" && ["kill", "power-loss", "move"].includes(String(l.value["kind"]))) {
+      const c = completionOf(lines, i);
+      faults.push({ invNs: l.time_ns, compNs: c >= 0 ? lines[c]!.time_ns : Infinity });
+    }
+    if (l.f === "produce" && l.type === "invoke") produceNs.set(String(l.value["msg"]), l.time_ns);
+  });
+  const candidates: Array<{ inv: number; comp: number }> = [];
+  lines.forEach((l, i) => {
+    if (l.f !== "ack" || l.type !== "invoke" || !childPaths.has(String(l.value["topic"]))) return;
+    const c = completionOf(lines, i);
+    if (c < 0 || lines[c]!.type !== "ok") return;
+    const from = produceNs.get(String(l.value["msg"]))!;
+    const later = lines.find((x) => x.time_ns > lines[c]!.time_ns);
+    if (later === undefined) return;
+    if (faults.every((f) => f.compNs + slackNs < from || f.invNs > later.time_ns)) candidates.push({ inv: i, comp: c });
+  });
+  const hit = choose(candidates, pick);
+  return hit && deliverAfterAck(lines, hit, "recopy-1", 1_000_000);
 };
 
 const deliverRefused: Mutation = (lines, pick) => {
@@ -207,6 +244,7 @@ const MUTATIONS: Array<[string, Mutation]> = [
   ["dropping a delivery is lost", dropDelivery],
   ["delivering a never-produced message is unexpected", addUnexpected],
   ["delivering again after a confirmed ack, with no fault, is duplicate-after-ack", addDuplicateAfterAck],
+  ["a second copy on a child path after a confirmed ack, with no fault since the produce, is duplicate-after-ack", addUnexplainedRecopy],
   ["delivering a refused produce is refused-delivered", deliverRefused],
   ["delivering on a wrong topic is misrouted", misroute],
   ["making a replay skip an offset is skip", replaySkip],

@@ -596,6 +596,7 @@ export class FastScanner {
       } else if (f === F_PRODUCE) {
         if (!this.isInt(K_PARTITION) || !this.isInt(K_OFFSET)) return false;
         if (kind[K_STATUS] !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 202)) return false;
+        if ((kind[K_NODE] !== V_ABSENT || kind[K_BOOT] !== V_ABSENT) && !(this.isStr(K_NODE) && this.isStr(K_BOOT))) return false;
       } else if (f === F_CONSUME) {
         if (!this.isStr(K_TOPIC)) return false;
         if (kind[K_MSG] === V_NULL) empty = true;
@@ -649,6 +650,14 @@ export class FastScanner {
     if (f === F_PRODUCE) {
       ops.partition[op] = this.vNum[K_PARTITION]!;
       ops.offset[op] = this.vNum[K_OFFSET]!;
+      if (kind[K_NODE] === V_STRING) {
+        c.producedBy(
+          op,
+          this.nodes.idBytes(b, this.vStart[K_NODE]!, this.vEnd[K_NODE]!, this.vHash[K_NODE]!),
+          this.boots.idBytes(b, this.vStart[K_BOOT]!, this.vEnd[K_BOOT]!, this.vHash[K_BOOT]!),
+          this.timeNs,
+        );
+      }
     } else if (f === F_REPLAY) {
       c.replayed(op, this.replayOffsets);
     } else if (f === F_CONSUME && !empty) {

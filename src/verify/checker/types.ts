@@ -104,6 +104,22 @@ export interface ExplainedDuplicate {
   faultOp: number;
 }
 
+/**
+ * A second copy of a message on a child path (another offset), explained by a fault that could
+ * make the copier copy it again: the parent partition's owner killed before the copy cursor
+ * reached the disk, or the node that took the copy (or, for a remote child, a node of the other
+ * cluster) killed before the copier got its answer.
+ */
+export interface ExplainedRecopy {
+  msg: string;
+  path: string;
+  /** The re-copy's first delivery. */
+  deliveryOp: number;
+  /** The first delivery of the copy it repeats. */
+  sourceOp: number;
+  faultOp: number;
+}
+
 export interface Redeliveries {
   total: number;
   byCause: { lapse: number; nack: number; fault: number };
@@ -112,6 +128,9 @@ export interface Redeliveries {
   /** Deliveries after a 204 ack that a fault explains (capped; the total is exact). */
   explainedDuplicates: ExplainedDuplicate[];
   explainedDuplicatesTotal: number;
+  /** Child copies made again, each with the fault that explains it (capped; the total is exact). */
+  explainedRecopies: ExplainedRecopy[];
+  explainedRecopiesTotal: number;
 }
 
 export interface LagSummary {

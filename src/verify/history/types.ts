@@ -49,6 +49,13 @@ export interface ChildConfig {
   topic: string;
   kind: "fanout" | "delay" | "replica" | "remote";
   delay_ms?: number;
+  /**
+   * Remote children, optional: the nodes of the other cluster (as its deliveries name them), any
+   * of which a push to it may pass through. A kill of one of them may make the copier push a copy
+   * again, and the checker accepts such a second copy only from a node listed here or the node
+   * that owns the copy's partition.
+   */
+  nodes?: string[];
 }
 
 export interface TopicConfig {
@@ -63,6 +70,13 @@ export interface ConfigValue {
   visibility_timeout_ms: number;
   topics: Record<string, TopicConfig>;
   children?: Record<string, ChildConfig[]>;
+  /**
+   * Optional: the longest a copier waits for the answer to a copy it sent to another node (a
+   * forward to a child partition's owner, a push to a remote cluster). The checker's re-copy rule
+   * allows that long between a copy becoming readable and the copier learning it is durable;
+   * without it, ack_flush_ms.
+   */
+  copy_timeout_ms?: number;
   [extra: string]: unknown;
 }
 
@@ -77,6 +91,13 @@ export interface ProduceOk {
   partition: number;
   offset: number;
   status?: 202;
+  /**
+   * Optional: the partition's owner that stored it and its boot (the answer's Narad-Owner and
+   * Narad-Owner-Boot). Its copier makes the copies to the children; a boot reported here counts
+   * as a report of that node's boot, like a delivery's.
+   */
+  node?: string;
+  boot?: string;
 }
 export interface ConsumeInvoke {
   topic: string;

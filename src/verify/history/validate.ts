@@ -105,6 +105,7 @@ function validateConfig(value: Record<string, unknown>): void {
   needNonnegNumber(value, "ack_flush_ms", where);
   needNonnegNumber(value, "ack_sync_ms", where);
   const vt = needNonnegNumber(value, "visibility_timeout_ms", where);
+  optNumber(value, "copy_timeout_ms", where, 0);
   if (vt === 0) problem("config: visibility_timeout_ms must be above 0");
   const topics = value["topics"];
   if (topics === undefined) problem("config: missing field topics");
@@ -130,6 +131,11 @@ function validateConfig(value: Record<string, unknown>): void {
       if (typeof kind !== "string" || !CHILD_KINDS.has(kind)) problem(`${w}: unknown child kind ${describe(kind)}`);
       optNumber(c, "delay_ms", w, 0);
       if (kind === "delay" && c["delay_ms"] === undefined) problem(`${w}: delay child ${JSON.stringify(topic)} has no delay_ms`);
+      const nodes = c["nodes"];
+      if (nodes !== undefined && !(Array.isArray(nodes) && nodes.every((n) => typeof n === "string" && n.length > 0))) {
+        problem(`${w}: nodes of ${JSON.stringify(topic)} must be an array of nonempty strings, not ${describe(nodes)}`);
+      }
+      if (nodes !== undefined && kind !== "remote") problem(`${w}: only a remote child lists nodes (of the other cluster), not ${JSON.stringify(topic)}`);
       if (topic === parent) problem(`${w}: a topic cannot be its own child`);
       const other = parentOf.get(topic);
       if (other !== undefined) problem(`${w}: ${JSON.stringify(topic)} already has the parent ${JSON.stringify(other)}`);
@@ -156,6 +162,11 @@ function validateValue(type: EventType, f: OpName, value: Record<string, unknown
         needUint(value, "offset", where);
         const status = value["status"];
         if (status !== undefined && status !== 202) problem(`${where}: status must be 202, not ${describe(status)}`);
+        // The owner that stored it: optional, both or neither.
+        if (value["node"] !== undefined || value["boot"] !== undefined) {
+          needString(value, "node", where);
+          needString(value, "boot", where);
+        }
       } else {
         optNumber(value, "status", where);
       }

@@ -234,7 +234,7 @@ export function renderHtml(r: Report, title = "narad verify check"): string {
 <div>history</div><div>${num(r.history.events)} lines, ${num(r.history.operations)} operations over ${esc(duration(r.history.durationNs / 1e6))}</div>
 <div>pairs</div><div>${num(r.counts.pairs.total)}: ${num(r.counts.pairs.legal)} legal, ${num(r.counts.pairs.invalid)} invalid, ${num(r.counts.pairs.unknown)} unknown</div>
 <div>deliveries</div><div>${num(r.counts.deliveries)} of ${num(r.counts.messages)} messages; ${num(r.counts.consumeEmpty)} empty consumes; ${num(r.counts.gone410)} answers 410</div>
-<div>redeliveries</div><div>${num(rd.total)}: lapse ${num(rd.byCause.lapse)}, nack ${num(rd.byCause.nack)}, fault ${num(rd.byCause.fault)}; ${num(rd.explainedDuplicatesTotal)} after a 204 ack, each explained by a fault</div>
+<div>redeliveries</div><div>${num(rd.total)}: lapse ${num(rd.byCause.lapse)}, nack ${num(rd.byCause.nack)}, fault ${num(rd.byCause.fault)}; ${num(rd.explainedDuplicatesTotal)} after a 204 ack, each explained by a fault; ${num(rd.explainedRecopiesTotal)} child copies made again, each explained by a fault</div>
 <div>lag</div><div>${r.lag.maxMs === null ? "no delivery" : `max ${esc(duration(r.lag.maxMs))} (${esc(r.lag.msg)} on ${esc(r.lag.path)}, delivery op ${r.lag.deliveryOp}, since ${esc(r.lag.since)}); p50 ${esc(duration(r.lag.p50Ms))}, p99 ${esc(duration(r.lag.p99Ms))}`}</div>
 <div>config</div><div>ack_flush_ms ${r.config.ackFlushMs}, ack_sync_ms ${r.config.ackSyncMs}, visibility_timeout_ms ${r.config.visibilityTimeoutMs}, slack ${r.config.slackMs} ms</div>
 </div>

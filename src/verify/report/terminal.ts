@@ -90,7 +90,8 @@ export function formatSummary(r: Report, options: SummaryOptions = {}): string {
   out.push(
     `redeliveries ${n(rd.total)}: lapse ${n(rd.byCause.lapse)}, nack ${n(rd.byCause.nack)}, fault ${n(rd.byCause.fault)}` +
       (byFault.length ? ` (${byFault.join(", ")}${rd.byFault.length > 3 ? ", …" : ""})` : "") +
-      `; after a 204 ack, explained by a fault: ${n(rd.explainedDuplicatesTotal)}`,
+      `; after a 204 ack, explained by a fault: ${n(rd.explainedDuplicatesTotal)}` +
+      (rd.explainedRecopiesTotal > 0 ? `; child copies made again, explained by a fault: ${n(rd.explainedRecopiesTotal)}` : ""),
   );
 
   if (r.faults.length > 0) {

@@ -30,7 +30,7 @@
 import { join } from "node:path";
 import type { AnomalyName, Verdict } from "../checker/index.js";
 import { runWorkload, type RunOptions, type RunProgress, type RunResult } from "./driver.js";
-import type { WorkloadName } from "./workloads.js";
+import { CHILDREN_CYCLE, type WorkloadName } from "./workloads.js";
 
 export interface CalibrationCase {
   /** Short name of the configuration (also the run's directory). */
@@ -109,7 +109,7 @@ const CONFIGS = {
   // a second on a loaded machine, which would leave less room for n1 to be back in time.
   children: {
     workload: "children",
-    options: { faults: ["kill"], visibilityTimeoutMs: 2_000, durationS: 3 },
+    options: { faults: ["kill"], visibilityTimeoutMs: 2_000, durationS: 3, cycle: CHILDREN_CYCLE },
     precondition: needFaultOn("kill", ["n1", "r1"]),
   },
 } satisfies Record<string, { workload: WorkloadName; options: CalibrationCase["options"]; precondition?: CalibrationCase["precondition"] }>;

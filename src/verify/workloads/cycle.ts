@@ -30,7 +30,7 @@
 // their delay when it comes back: exactly the case `delay-early-after-restart` gets wrong.
 //
 // Targets: each window faults the next main node in turn (on one node: the parent's owner) and
-// the remote node, if there is one. The main node's fault comes first and is held
+// the next remote node in turn, if there is one. The main node's fault comes first and is held
 // `holdMs ± holdJitterMs`; the remote node's is held `remoteHoldMs ± remoteHoldJitterMs`, long
 // enough that the next burst is produced while it is down, so its remote copies must wait and be
 // retried (what `child-skip-on-failure` gets wrong). Two nodes down at once is no ambiguity for
@@ -173,7 +173,8 @@ export class LoadCycle {
     // This window's targets: the next main node in turn, and the remote node (if any). A window
     // whose faults are skipped keeps its turn, so every main node keeps getting faults.
     const mains = this.o.targets.filter((t) => t.role === "main");
-    const window = [...(mains.length > 0 ? [mains[this.turn % mains.length]!] : []), ...this.o.targets.filter((t) => t.role === "remote")];
+    const remotes = this.o.targets.filter((t) => t.role === "remote");
+    const window = [...(mains.length > 0 ? [mains[this.turn % mains.length]!] : []), ...(remotes.length > 0 ? [remotes[this.turn % remotes.length]!] : [])];
     // Four draws per target, always (the wait and node draws are not used: the cycle sets both).
     const steps = window.map((t) =>
       planStep(this.prng, {

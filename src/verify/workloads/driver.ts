@@ -55,9 +55,9 @@ import {
   clientUrls,
   createTopics,
   createUsers,
-  startControlPlane,
+  startControlPlaneServer,
   waitChildrenCaughtUp,
-  type ControlPlane,
+  type ControlPlaneServer,
   type RunSystem,
 } from "./systems.js";
 import { LoadCycle, type CycleSpec, type CycleTarget } from "./cycle.js";
@@ -80,7 +80,7 @@ export const RUN_LIMITS = {
   workerReadyTimeoutMs: 15_000,
   /** Lanes draining the main topic at once (other topics: half as many, at least one). */
   drainLanes: 4,
-  /** Load cycles: how long past the duration a run may go on for a burst after the last faults. */
+  /** Load cycles (and `faultsMin`): how long past the duration a run may go on for the faults it waits for. */
   cycleSettleGraceMs: 15_000,
   /** Nodes of the system under test at most. */
   nodesMax: 9,
@@ -101,6 +101,17 @@ export const RUN_LIMITS = {
   /** Node output kept in nodes.log per node. */
   nodeLogCharsMax: 256 * 1024,
 } as const;
+
+/** cluster.forward_timeout_ms of the run's cluster nodes (set explicitly, so the config line can say it). */
+export const FORWARD_TIMEOUT_MS = 5_000;
+/**
+ * How long the broker's copier waits for a remote cluster's answer to a push (REMOTE_PUSH_TIMEOUT_MS
+ * of src/broker/children.ts; the run cannot import server code, so the number is repeated here).
+ */
+export const REMOTE_PUSH_TIMEOUT_MS = 10_000;
+
+/** Nodes of a remote child's other cluster when the system under test is a cluster (r1, r2). */
+export const REMOTE_CLUSTER_NODES = 2;
 
 /** The probe topic's visibility timeout: short, so its scenarios are quick. */
 export const PROBE_VISIBILITY_TIMEOUT_MS = 1_000;
@@ -147,6 +158,12 @@ export interface RunOptions {
   faultHoldMs?: number;
   /** Which nodes the faults hit (see FaultSchedule). */
   faultTargets?: FaultSchedule["targets"];
+  /**
+   * With the nemesis: the load goes on past the duration until it has injected this many faults
+   * (at most RUN_LIMITS.cycleSettleGraceMs longer), so a short run on a slow machine still meets
+   * the faults its seed plans. Default 0.
+   */
+  faultsMin?: number;
   /** Children of the main topic (replaces the workload's). */
   children?: ChildProfile[];
   /** Load cycles with faults in quiet windows (replaces the workload's; null: continuous load). */
@@ -221,6 +238,8 @@ interface ResolvedRun {
   ackSyncMs: number;
   topics: RunTopic[];
   remote: boolean;
+  /** Nodes of the remote child's system (0: none). */
+  remoteNodes: number;
 }
 
 function resolveRun(o: RunOptions): ResolvedRun {
@@ -267,6 +286,11 @@ function resolveRun(o: RunOptions): ResolvedRun {
   if (faults !== null && o.faultTargets !== undefined) faults = { ...faults, targets: o.faultTargets };
   if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
   if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
+  // A replica lives on other nodes than its parent's: the workload's own is left out on one node.
+  if (nodes === 1 && profile.children.some((c) => c.kind === "replica")) {
+    if (o.children !== undefined) throw new RangeError("a replica child needs a cluster (--nodes 2 or more)");
+    profile.children = profile.children.filter((c) => c.kind !== "replica");
+  }
   const topics: RunTopic[] = [{ name: MAIN_TOPIC, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: "main" }];
   if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS, system: "main" });
   const names = new Set(topics.map((t) => t.name));
@@ -276,7 +300,9 @@ function resolveRun(o: RunOptions): ResolvedRun {
     if (names.has(c.topic)) throw new RangeError(`child topic ${c.topic} has the name of another topic of the run`);
     if (c.kind === "delay" && !(c.delayMs !== undefined && c.delayMs > 0)) throw new RangeError(`delay child ${c.topic} needs a positive delay`);
     names.add(c.topic);
-    topics.push({ name: c.topic, partitions: c.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: c.kind === "remote" ? "remote" : "main" });
+    // A replica has its parent's partitions and settings (its attach creates it so).
+    const partitions = c.kind === "replica" ? profile.partitions : c.partitions;
+    topics.push({ name: c.topic, partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: c.kind === "remote" ? "remote" : "main" });
   }
   const remote = profile.children.some((c) => c.kind === "remote");
   // The cycle's windows keep faults away from the delay child's copies: they must know its delay.
@@ -300,6 +326,8 @@ function resolveRun(o: RunOptions): ResolvedRun {
     ackSyncMs: o.ackSyncMs ?? DEFAULTS.ackSyncIntervalMs,
     topics,
     remote,
+    // Another cluster for another cluster: two nodes when the system under test is a cluster.
+    remoteNodes: remote ? (nodes > 1 ? REMOTE_CLUSTER_NODES : 1) : 0,
   };
 }
 
@@ -369,7 +397,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
   const systemOf = (t: RunTopic): RunSystem => (t.system === "remote" ? remote! : main);
   const allNodes = (): NodeProcess[] => systems.flatMap((s) => s.nodes);
   const allProxies = (): Proxy[] => systems.flatMap((s) => s.proxies);
-  let controlPlane: ControlPlane | null = null;
+  let controlPlane: ControlPlaneServer | null = null;
   const workers: WorkerHandle[] = [];
   let writer: HistoryWriter | null = null;
   let nemesis: { start(): void; stop(): Promise<void> } | null = null;
@@ -410,13 +438,26 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     ack_flush_ms: run.ackFlushMs,
     ack_sync_ms: run.ackSyncMs,
     visibility_timeout_ms: profile.visibilityTimeoutMs,
+    // The longest a copier waits for the answer to a copy sent to another node (the checker's
+    // re-copy rule): a push to the remote cluster, a forward to a child partition's owner.
+    ...(profile.children.length > 0 && (run.remote || run.nodes > 1)
+      ? { copy_timeout_ms: Math.max(run.remote ? REMOTE_PUSH_TIMEOUT_MS : 0, run.nodes > 1 ? FORWARD_TIMEOUT_MS : 0) }
+      : {}),
     topics: Object.fromEntries(run.topics.map((t) => [t.name, { partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }])),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
     children:
       profile.children.length === 0
         ? {}
-        : { [MAIN_TOPIC]: profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}) })) },
+        : {
+            [MAIN_TOPIC]: profile.children.map((c) => ({
+              topic: c.topic,
+              kind: c.kind,
+              ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}),
+              // The other cluster's nodes: a push may pass through any of them (the checker's re-copy rule).
+              ...(c.kind === "remote" ? { nodes: Array.from({ length: run.remoteNodes }, (_, i) => `r${i + 1}`) } : {}),
+            })),
+          },
     run: {
       workload: profile.name,
       seed,
@@ -424,7 +465,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       rate: run.rate,
       nodes: run.nodes,
       security: run.security,
-      ...(remote !== null ? { remote_nodes: 1 } : {}),
+      ...(remote !== null ? { remote_nodes: run.remoteNodes } : {}),
       bugs: run.bugs,
       power_loss_mode: profile.powerLoss,
       proxy: profile.proxy,
@@ -473,6 +514,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
       NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
       NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
+      NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
       // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
       NARAD_TEST_BUGS: run.bugs.join(","),
       NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
@@ -480,9 +522,11 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),
     };
     const clusterArgs: string[] = [];
-    if (run.nodes > 1) {
-      controlPlane = await startControlPlane(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
-      clusterArgs.push("--control-plane", controlPlane.url);
+    const remoteArgs: string[] = [];
+    if (run.nodes > 1 || run.remoteNodes > 1) {
+      controlPlane = await startControlPlaneServer(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
+      if (run.nodes > 1) clusterArgs.push("--control-plane", await controlPlane.database("main"));
+      if (run.remoteNodes > 1) remoteArgs.push("--control-plane", await controlPlane.database("remote"));
     }
     for (let i = 0; i < run.nodes; i++) {
       const dataDir = join(tmp, `n${i + 1}`);
@@ -490,21 +534,23 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
       main.nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss, nodeId: `n${i + 1}`, dev: !run.security, extraArgs: clusterArgs }));
     }
     if (remote !== null) {
-      // Another Narad: its own node id, security on, and none of the seeded bugs.
-      const dataDir = join(tmp, "r1");
-      await mkdir(dataDir, { recursive: true });
+      // Another Narad (or cluster, on a control plane of its own): its own node ids, security
+      // on, and none of the seeded bugs.
       const remoteEnv = { ...env, NARAD_TEST_BUGS: "", NARAD_TEST_POWER_LOSS: "0", NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD };
-      remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: "r1", dev: false }));
+      for (let i = 0; i < run.remoteNodes; i++) {
+        const dataDir = join(tmp, `r${i + 1}`);
+        await mkdir(dataDir, { recursive: true });
+        remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: `r${i + 1}`, dev: false, extraArgs: remoteArgs }));
+      }
     }
-    // The first node alone (a cluster's first node migrates the schema and creates admin), then
-    // the rest; the remote node meanwhile.
-    await Promise.all([
-      (async () => {
-        await main.nodes[0]!.start();
-        await Promise.all(main.nodes.slice(1).map((n) => n.start()));
-      })(),
-      ...(remote !== null ? [remote.nodes[0]!.start()] : []),
-    ]);
+    // In each system the first node alone (a cluster's first node migrates the schema and
+    // creates admin), then the rest; the two systems side by side.
+    await Promise.all(
+      systems.map(async (sys) => {
+        await sys.nodes[0]!.start();
+        await Promise.all(sys.nodes.slice(1).map((n) => n.start()));
+      }),
+    );
     if (profile.proxy) {
       for (const n of main.nodes) {
         main.proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
@@ -513,11 +559,13 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     await Promise.all(
       systems.map(async (s) => {
         await createUsers(s, run.topics.filter((t) => systemOf(t) === s).map((t) => t.name));
-        await createTopics(s, run.topics.filter((t) => systemOf(t) === s), signal);
+        // Not the replicas: their attach creates them.
+        const replicas = new Set(profile.children.filter((c) => c.kind === "replica").map((c) => c.topic));
+        await createTopics(s, run.topics.filter((t) => systemOf(t) === s && !replicas.has(t.name)), signal);
       }),
     );
     if (profile.children.length > 0) {
-      await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote);
+      await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote, signal);
     }
 
     writer = HistoryWriter.open(historyPath, config, { clock });
@@ -670,8 +718,11 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
           break;
         }
       } else if (now >= runEnd) {
-        // Load cycles end after a burst has met the last faults' effect (bounded by the grace).
-        if (!(nemesis instanceof LoadCycle) || nemesis.settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
+        // Load cycles end after a burst has met the last faults' effect, the nemesis once it made
+        // the faults asked for (both bounded by the grace).
+        const settled =
+          nemesis instanceof LoadCycle ? nemesis.settled : nemesis instanceof Nemesis ? nemesis.applied >= (opts.faultsMin ?? 0) : true;
+        if (settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
       }
       await sleep(100, signal);
     }

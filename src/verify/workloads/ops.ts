@@ -196,7 +196,11 @@ export class Lane {
       if (typeof j.partition !== "number" || typeof j.offset !== "number") {
         return { type: "info", value: { status: 202, error: "202 without partition and offset" }, status: 202 };
       }
-      return { type: "ok", value: { partition: j.partition, offset: j.offset, status: 202 }, status: 202 };
+      // The owner that stored it (its copier makes the child copies); on one node, the node itself.
+      const node = header(a.headers, "narad-owner") ?? header(a.headers, "narad-node");
+      const boot = header(a.headers, "narad-owner-boot") ?? header(a.headers, "narad-boot");
+      const owner = node !== null && boot !== null ? { node, boot } : {};
+      return { type: "ok", value: { partition: j.partition, offset: j.offset, status: 202, ...owner }, status: 202 };
     });
   }
 

@@ -1,6 +1,7 @@
 // The systems a run drives, and how it sets them up: the system under test (one node, or a
 // cluster of nodes coordinated through a PostgreSQL control plane) and, for a remote child, a
-// second, separate Narad (one node, security on) that plays "another cluster".
+// second, separate Narad (security on) that plays "another cluster": one node when the system
+// under test is one node, a cluster of two (r1, r2) when it is a cluster.
 //
 // Design note.
 // - Every node is a NodeProcess of the nemesis (src/verify/nemesis/process.ts): a real
@@ -8,12 +9,13 @@
 //   boot id). Node ids are given, never generated, so they are distinct across both systems: the
 //   checker attributes a fault of node N to the deliveries whose owner is N, and a remote node that
 //   shared an id with a local one would make it explain the wrong deliveries. Main nodes are
-//   n1..nN, the remote node r1.
-// - A cluster's control plane is an embedded PostgreSQL started for the run (the helper of
-//   src/cluster/local.ts, loaded only when a cluster is asked for), or an existing one given by
-//   URL (NARAD_VERIFY_CONTROL_PLANE), in which case the run uses a fresh database of its own.
-//   The first node starts alone (it runs the schema migrations and creates the admin user), the
-//   others together after it.
+//   n1..nN, the remote nodes r1 (and r2).
+// - A cluster's control plane is a fresh database on a PostgreSQL server: an embedded one started
+//   for the run (src/cluster/embedded-postgres.ts, loaded only when a cluster is asked for), or an
+//   existing one given by URL (NARAD_VERIFY_CONTROL_PLANE). A remote child's other cluster, when
+//   it has more than one node, gets a database of its own on the same server: two clusters that
+//   share nothing but the PostgreSQL process. The first node of a cluster starts alone (it runs
+//   the schema migrations and creates the admin user), the others together after it.
 // - Security on: nodes start without --dev, with NARAD_ADMIN_PASSWORD; the driver sets up as
 //   admin and creates the user the workers use, `verify`, with grants `produce` and `consume` on
 //   `*` (so a forwarded request is authorized at the node it reached and again at the owner, as
@@ -137,14 +139,18 @@ export async function createTopics(s: RunSystem, topics: TopicSpec[], signal?: A
       201,
     );
   }
-  // Every node, with the workers' credentials: the topic and the grants have reached it.
+  await waitTopicsServed(s, topics.map((t) => t.name), signal);
+}
+
+/** Waits until every node of `s` serves every topic to the workers' user (topic and grants reached it). */
+async function waitTopicsServed(s: RunSystem, topics: string[], signal?: AbortSignal): Promise<void> {
   for (const n of s.nodes) {
     for (const t of topics) {
       await waitUntil(
-        `node ${n.name} did not serve topic ${t.name} to the workers' user`,
+        `node ${n.name} did not serve topic ${t} to the workers' user`,
         SYSTEM_LIMITS.setupVisibleTimeoutMs,
         async () => {
-          const a = await call(n.url, "GET", `/v1/topics/${encodeURIComponent(t.name)}/partitions/0/messages?offset=0&limit=1`, s.client);
+          const a = await call(n.url, "GET", `/v1/topics/${encodeURIComponent(t)}/partitions/0/messages?offset=0&limit=1`, s.client);
           return a.status === 200;
         },
         signal,
@@ -155,12 +161,16 @@ export async function createTopics(s: RunSystem, topics: TopicSpec[], signal?: A
 
 export interface ChildLinkSpec {
   topic: string;
-  kind: "fanout" | "delay" | "remote";
+  kind: "fanout" | "delay" | "replica" | "remote";
   delayMs?: number;
 }
 
-/** Attaches the children to `parent` on the system under test; a remote child points at `remote`. */
-export async function attachChildren(main: RunSystem, parent: string, children: ChildLinkSpec[], remote: RunSystem | null): Promise<void> {
+/**
+ * Attaches the children to `parent` on the system under test; a remote child points at the first
+ * node of `remote` (its pushes enter the other cluster there). A replica child is created by its
+ * attach: the run waits until every node serves it to the workers.
+ */
+export async function attachChildren(main: RunSystem, parent: string, children: ChildLinkSpec[], remote: RunSystem | null, signal?: AbortSignal): Promise<void> {
   const url = main.nodes[0]!.url;
   for (const c of children) {
     let body: Record<string, unknown>;
@@ -173,6 +183,8 @@ export async function attachChildren(main: RunSystem, parent: string, children: 
     }
     await must(`attaching child ${c.topic} (${c.kind}) to ${parent}`, call(url, "POST", `/v1/topics/${encodeURIComponent(parent)}/children`, main.admin, body), 201);
   }
+  const replicas = children.filter((c) => c.kind === "replica").map((c) => c.topic);
+  if (replicas.length > 0) await waitTopicsServed(main, replicas, signal);
 }
 
 const LAG_RE = /^narad_child_lag_messages\{([^}]*)\}\s+(\S+)/gm;
@@ -218,40 +230,48 @@ export async function waitChildrenCaughtUp(s: RunSystem, parent: string, childre
   }
 }
 
-/** A control plane for a cluster run: a fresh database on an existing server, or an embedded PostgreSQL. */
-export interface ControlPlane {
-  url: string;
+/**
+ * The PostgreSQL server of a run's control planes: an embedded one started for the run, or an
+ * existing one given by URL. Each cluster of the run (the system under test, and the other
+ * cluster of a remote child) gets a fresh database of its own on it, so runs and clusters that
+ * share a server never see each other's topics or nodes.
+ */
+export interface ControlPlaneServer {
+  /** Creates a fresh database and returns its URL. */
+  database(label: string): Promise<string>;
+  /** Drops the databases made (existing server) or stops the embedded server. */
   stop(): Promise<void>;
 }
 
-export async function startControlPlane(existingUrl: string | undefined): Promise<ControlPlane> {
+export async function startControlPlaneServer(existingUrl: string | undefined): Promise<ControlPlaneServer> {
   if (existingUrl !== undefined && existingUrl !== "") {
-    // A database of its own, so runs sharing a server never see each other's topics.
     const pg = (await import("pg")).default;
-    const name = `narad_verify_${process.pid}_${Date.now()}`;
-    const admin = new pg.Client({ connectionString: existingUrl });
-    await admin.connect();
-    try {
-      await admin.query(`CREATE DATABASE ${name}`);
-    } finally {
-      await admin.end();
-    }
-    const u = new URL(existingUrl);
-    u.pathname = `/${name}`;
+    const made: string[] = [];
+    const onServer = async (sql: string): Promise<void> => {
+      const c = new pg.Client({ connectionString: existingUrl });
+      c.on("error", () => undefined);
+      await c.connect();
+      try {
+        await c.query(sql);
+      } finally {
+        await c.end().catch(() => undefined);
+      }
+    };
     return {
-      url: u.toString(),
+      async database(label) {
+        const name = `narad_verify_${process.pid}_${Date.now()}_${label.replace(/[^a-z0-9_]/gi, "_")}`;
+        await onServer(`CREATE DATABASE ${name}`);
+        made.push(name);
+        const u = new URL(existingUrl);
+        u.pathname = `/${name}`;
+        return u.toString();
+      },
       async stop() {
-        const c = new pg.Client({ connectionString: existingUrl });
-        await c.connect();
-        try {
-          await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-        } finally {
-          await c.end();
-        }
+        for (const name of made.splice(0)) await onServer(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
       },
     };
   }
-  const { startEmbeddedPostgres } = await import("../../cluster/local.js");
+  const { startEmbeddedPostgres } = await import("../../cluster/embedded-postgres.js");
   const pg = await startEmbeddedPostgres();
-  return { url: pg.url, stop: () => pg.stop() };
+  return { database: (label) => pg.newDatabase(`narad_verify_${label}`), stop: () => pg.stop() };
 }

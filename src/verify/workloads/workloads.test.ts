@@ -10,7 +10,7 @@ import { Lane, decodePayload, encodePayload } from "./ops.js";
 import { Gate, deriveSeed, pickBehaviour, Stopper } from "./roles.js";
 import { LoadCycle, type CycleSpec } from "./cycle.js";
 import { RunTracker } from "./tracker.js";
-import { WORKLOADS, WORKLOAD_NAMES } from "./workloads.js";
+import { CHILDREN_CYCLE, WORKLOADS, WORKLOAD_NAMES } from "./workloads.js";
 import { CALIBRATION_CASES, formatCalibrationTable, type CalibrationRow } from "./calibrate.js";
 
 describe("payloads", () => {
@@ -127,13 +127,15 @@ describe("tables", () => {
     assert.equal(WORKLOADS["e2e-chaos"].duplicatesFail, false);
     assert.deepEqual(WORKLOADS["e2e-chaos"].faults?.kinds, ["terminate"]);
   });
-  test("the children workload: a fan-out, a delay and a remote child, with names of their own, and a cycle that fits the delay", () => {
+  test("the children workload: a fan-out, a delay, a replica and a remote child, with names of their own, continuous load with kills and terminates, and quiet windows that fit the delay", () => {
     const w = WORKLOADS.children;
-    assert.deepEqual(w.children.map((c) => c.kind).sort(), ["delay", "fanout", "remote"]);
+    assert.deepEqual(w.children.map((c) => c.kind).sort(), ["delay", "fanout", "remote", "replica"]);
     const names = w.children.map((c) => c.topic);
     assert.equal(new Set([...names, "t", "probe"]).size, names.length + 2);
+    assert.equal(w.cycle, null);
+    assert.deepEqual(w.faults?.kinds, ["terminate", "kill"]);
     const delay = w.children.find((c) => c.kind === "delay")!;
-    const cycle = w.cycle!;
+    const cycle = CHILDREN_CYCLE;
     assert.equal(cycle.delayMs, delay.delayMs);
     // The faults' window closes before the burst's first delay copy is due, with room for a
     // restart (about a second) before it.

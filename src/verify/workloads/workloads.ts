@@ -14,15 +14,18 @@ export type WorkloadName = "e2e" | "e2e-chaos" | "chaos" | "steady" | "power-los
 export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "e2e-chaos", "chaos", "steady", "power-loss", "pause", "partition", "children"];
 
 /**
- * A child topic attached to the main topic before any produce. fanout and delay children live on
- * the system under test; a remote child lives on a second, separate Narad (one node, security on)
- * that the run starts, and the copies reach it through its HTTP API with credentials.
+ * A child topic attached to the main topic before any produce. fanout, delay and replica children
+ * live on the system under test (a replica only on a cluster: it is created by its attach, with
+ * the parent's partitions, on other nodes than the parent's); a remote child lives on a second,
+ * separate Narad that the run starts (one node, or a cluster of two when the system under test is
+ * a cluster; security on), and the copies reach it through its HTTP API with credentials.
  */
 export interface ChildProfile {
   topic: string;
-  kind: "fanout" | "delay" | "remote";
+  kind: "fanout" | "delay" | "replica" | "remote";
   /** delay children only. */
   delayMs?: number;
+  /** Ignored for a replica, which has its parent's. */
   partitions: number;
 }
 
@@ -81,7 +84,8 @@ const STEADY_MIX: ConsumerMix = { ack: 66, nack: 8, extend: 7, slow: 8, lapse: 7
 export const CHILD_DELAY_MS = 5_000;
 
 /**
- * The children workload's cycle (cycle.ts has the rules): a 500 ms burst (at least 20 produces);
+ * The children workload's quiet windows (`--quiet-windows`, and calibration; cycle.ts has the
+ * rules): a 500 ms burst (at least 20 produces);
  * its faults at the latest 4 s after it: room for slow copies on a loaded machine, 0.5 s (a slow
  * graceful stop) before the burst's first delay copy falls due, and time for the parent's owner
  * to be back before it (a restart takes 0.5 to 2.5 s here), so a node that gets restarts wrong
@@ -198,7 +202,8 @@ export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
   children: {
     ...BASE,
     name: "children",
-    summary: "a parent with a fan-out, a delay and a remote child (on a second Narad, security on), consumers on every path; the parent's node and the remote node are terminated or killed in turn and started again",
+    summary:
+      "a parent with a fan-out, a delay, a replica (clusters only) and a remote child (on a second Narad or cluster, security on), consumers on every path; under continuous load a random node of either system is terminated or killed every few seconds and started again",
     durationS: 20,
     // Fewer processes than the other workloads: three more paths to consume, and a second node.
     producers: 1,
@@ -208,13 +213,15 @@ export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
     children: [
       { topic: "t.fan", kind: "fanout", partitions: 2 },
       { topic: "t.delay", kind: "delay", delayMs: CHILD_DELAY_MS, partitions: 2 },
+      // Left out on one node (a replica needs a cluster).
+      { topic: "t.replica", kind: "replica", partitions: 3 },
       // A name no topic of the system under test has: the checker tells paths apart by name.
       { topic: "remote-t", kind: "remote", partitions: 2 },
     ],
-    // The parent's owner and the remote node, in the quiet windows of the load cycle (cycle.ts,
-    // which also sets when and how long); without the cycle, the nemesis's usual schedule.
+    // The nemesis's usual schedule over every node of both systems: each main node owns a
+    // partition of the parent. With --quiet-windows, the load cycle's windows instead (cycle.ts).
     faults: { kinds: ["terminate", "kill"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_000, holdJitterMs: 500 },
-    cycle: CHILDREN_CYCLE,
+    cycle: null,
   },
 };
 
