@@ -269,9 +269,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const [r] = await svc.produce(topic, [{ key, payload }], ctx.req);
     // The owner that stored it, as a consume names the lease's owner (the verification toolkit
     // records it: a kill of that node is what can make a child receive a copy twice).
-    res.setHeader(HEADERS.owner, r!.owner ?? nodeId);
-    res.setHeader(HEADERS.ownerBoot, r!.ownerBoot ?? bootId);
-    sendJson(res, 202, { partition: r!.partition, offset: r!.offset });
+    sendJson(res, 202, { partition: r!.partition, offset: r!.offset }, [HEADERS.owner, r!.owner ?? nodeId, HEADERS.ownerBoot, r!.ownerBoot ?? bootId]);
   });
   on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
