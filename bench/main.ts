@@ -76,12 +76,13 @@ interface LoadResult {
 }
 
 /** Keeps `inFlight` operations outstanding for `seconds`; `op` resolves to the count it did. `pid`: the server, whose CPU use is printed. */
-async function closedLoop(inFlight: number, seconds: number, op: () => Promise<number>, pid?: number): Promise<LoadResult> {
+async function closedLoop(inFlight: number, seconds: number, op: () => Promise<number>, pid?: number | Record<string, number>): Promise<LoadResult> {
   const lat: number[] = [];
   let ops = 0;
   let errors = 0;
   let lastError = "";
-  const cpu0 = await cpuSeconds(pid);
+  const pids: Record<string, number> = typeof pid === "number" ? { server: pid } : (pid ?? {});
+  const cpu0 = await cpuOf(pids);
   const t0 = performance.now();
   const end = t0 + seconds * 1000;
   await Promise.all(
@@ -102,29 +103,32 @@ async function closedLoop(inFlight: number, seconds: number, op: () => Promise<n
     }),
   );
   const elapsed = (performance.now() - t0) / 1000;
-  const cpu1 = await cpuSeconds(pid);
-  if (cpu0.server !== undefined && cpu1.server !== undefined) {
-    const used = cpu1.server - cpu0.server;
-    process.stdout.write(`    cpu: server ${(used / elapsed).toFixed(2)} cores (${ops > 0 ? ((used * 1e6) / ops).toFixed(1) : "-"} µs a message), load generator ${((cpu1.self - cpu0.self) / elapsed).toFixed(2)} cores\n`);
-  }
+  const cpu1 = await cpuOf(pids);
+  const parts = Object.keys(pids).filter((k) => cpu0[k] !== undefined && cpu1[k] !== undefined).map((k) => {
+    const used = cpu1[k]! - cpu0[k]!;
+    return `${k} ${(used / elapsed).toFixed(2)} cores (${ops > 0 ? ((used * 1e6) / ops).toFixed(1) : "-"} µs a message)`;
+  });
+  if (parts.length > 0) process.stdout.write(`    cpu: ${parts.join(", ")}, load generator ${((cpu1.self! - cpu0.self!) / elapsed).toFixed(2)} cores\n`);
   if (errors > 0) process.stdout.write(`    (${errors} operations failed in this figure; ${lastError})\n`);
   lat.sort((a, b) => a - b);
   const pct = (p: number) => (lat.length ? lat[Math.min(lat.length - 1, Math.floor(lat.length * p))]! : NaN);
   return { ops, seconds: elapsed, perS: ops / elapsed, p50Ms: pct(0.5), p99Ms: pct(0.99), errors };
 }
 
-/** CPU seconds used so far by the server under test (`pid`) and by this load generator. */
-async function cpuSeconds(watchedPid: number | undefined): Promise<{ server?: number; self: number }> {
+/** CPU seconds used so far by each named process (from /proc) and, as `self`, by this load generator. */
+async function cpuOf(pids: Record<string, number>): Promise<Record<string, number | undefined>> {
   const u = process.cpuUsage();
-  const self = (u.user + u.system) / 1e6;
-  if (watchedPid === undefined) return { self };
-  try {
-    // /proc/PID/stat: utime and stime are fields 14 and 15, in clock ticks (100 a second here).
-    const f = (await readFile(`/proc/${watchedPid}/stat`, "utf8")).split(") ")[1]!.split(" ");
-    return { server: (Number(f[11]) + Number(f[12])) / 100, self };
-  } catch {
-    return { self };
+  const out: Record<string, number | undefined> = { self: (u.user + u.system) / 1e6 };
+  for (const [name, pid] of Object.entries(pids)) {
+    try {
+      // /proc/PID/stat: utime and stime are fields 14 and 15, in clock ticks (100 a second here).
+      const f = (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ");
+      out[name] = (Number(f[11]) + Number(f[12])) / 100;
+    } catch {
+      out[name] = undefined;
+    }
   }
+  return out;
 }
 
 async function request(pool: Pool, method: "GET" | "POST", path: string, body?: Buffer | string, headers?: Record<string, string>) {
@@ -273,7 +277,7 @@ async function main(): Promise<void> {
       // Three nodes on an embedded PostgreSQL: the same load sent to a partition's owner and to a
       // node that must forward it.
       const { startCluster } = (await import(["../src/cluster/local", "js"].join("."))) as {
-        startCluster(o: { nodes: number; security: boolean }): Promise<{ urls: string[]; stop(): Promise<void> }>;
+        startCluster(o: { nodes: number; security: boolean }): Promise<{ urls: string[]; nodes: { id: string; url: string; pid: number | undefined }[]; stop(): Promise<void> }>;
       };
       const cluster = await startCluster({ nodes: 3, security: false });
       try {
@@ -292,8 +296,14 @@ async function main(): Promise<void> {
           if (r.statusCode !== 202) throw new Error(String(r.statusCode));
           return 1;
         };
-        const own = await closedLoop(64, SECONDS, produceVia(po));
-        const fwd = await closedLoop(64, SECONDS, produceVia(pf));
+        const byUrl = (u: string | undefined) => cluster.nodes.find((n) => n.url === u)?.pid;
+        const pids: Record<string, number> = {};
+        const ownerPid = byUrl(ownerUrl);
+        const otherPid = byUrl(otherUrl);
+        if (ownerPid !== undefined) pids.owner = ownerPid;
+        if (otherPid !== undefined) pids["non-owner"] = otherPid;
+        const own = await closedLoop(64, SECONDS, produceVia(po), pids);
+        const fwd = await closedLoop(64, SECONDS, produceVia(pf), pids);
         row("cluster produce via a non-owner vs the owner, 64 in flight (msgs/s)", fmt(fwd.perS), `owner ${fmt(own.perS)}`, fwd.perS / own.perS, ">= 0.7x (forwarding costs < 30%)");
         const consumeVia = (p: Pool) => async () => {
           const r = await p.request({ method: "POST", path: "/v1/topics/bench-fwd/consume" });
@@ -304,8 +314,8 @@ async function main(): Promise<void> {
           await a.body.arrayBuffer();
           return 1;
         };
-        const ownC = await closedLoop(64, SECONDS, consumeVia(po));
-        const fwdC = await closedLoop(64, SECONDS, consumeVia(pf));
+        const ownC = await closedLoop(64, SECONDS, consumeVia(po), pids);
+        const fwdC = await closedLoop(64, SECONDS, consumeVia(pf), pids);
         row("cluster consume+ack via a non-owner vs the owner, 64 in flight (msgs/s)", fmt(fwdC.perS), `owner ${fmt(ownC.perS)}`, fwdC.perS / ownC.perS, ">= 0.7x (forwarding costs < 30%)");
         await Promise.all([c0.close(), po.close(), pf.close()]);
       } finally {
