@@ -5,7 +5,10 @@
 // from this process (closed loop: N requests kept outstanding), so client and server share the
 // machine's two cores, as they do for the peer brokers' figures in shared/peers/results.md.
 //
-// BENCH_SECONDS (default 10) sets each figure's duration; BENCH_ONLY=name,name runs a subset.
+// BENCH_SECONDS (default 5) sets each run's duration and BENCH_ROUNDS (default 3) how many runs a
+// figure takes, each interleaved with its baseline (A B A B A B), reported as medians: on a shared
+// two-core VM one run of a figure can differ from the next by a third, and interleaving lets a
+// slow spell hit both sides. BENCH_ONLY=name,name runs a subset.
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, readFile } from "node:fs/promises";
@@ -16,7 +19,10 @@ import { Pool } from "undici";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE } from "../src/protocol/wire.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+/** Each figure runs this many times, interleaved with its baseline; the medians are reported. */
+const ROUNDS = Math.max(1, Math.floor(Number(process.env.BENCH_ROUNDS ?? 3)));
+const WARMUP_SECONDS = 1;
 const ONLY = new Set((process.env.BENCH_ONLY ?? "").split(",").filter(Boolean));
 const PAYLOAD = Buffer.alloc(1024, 0x78);
 
@@ -64,6 +70,29 @@ async function narad(dir: string): Promise<Proc> {
     { NARAD_LOG_LEVEL: "warn", UV_THREADPOOL_SIZE: "16" },
   );
   return { url: m[1]!, proc, stop: stopper(proc) };
+}
+
+/**
+ * Runs each load `ROUNDS` times for SECONDS, interleaved (a, b, a, b, ...), after a warm-up run
+ * of each, and returns per load the medians of its runs (throughput and latency percentiles).
+ */
+async function interleaved(...loads: ((seconds: number) => Promise<LoadResult>)[]): Promise<LoadResult[]> {
+  // A short unmeasured run of each first, so the JIT has compiled the hot paths of both sides.
+  for (const load of loads) await load(WARMUP_SECONDS);
+  const runs: LoadResult[][] = loads.map(() => []);
+  for (let r = 0; r < ROUNDS; r++) for (let i = 0; i < loads.length; i++) runs[i]!.push(await loads[i]!(SECONDS));
+  const median = (xs: number[]) => {
+    const a = [...xs].sort((x, y) => x - y);
+    return a.length % 2 ? a[(a.length - 1) / 2]! : (a[a.length / 2 - 1]! + a[a.length / 2]!) / 2;
+  };
+  return runs.map((rs) => ({
+    ops: rs.reduce((n, x) => n + x.ops, 0),
+    seconds: rs.reduce((n, x) => n + x.seconds, 0),
+    perS: median(rs.map((x) => x.perS)),
+    p50Ms: median(rs.map((x) => x.p50Ms)),
+    p99Ms: median(rs.map((x) => x.p99Ms)),
+    errors: rs.reduce((n, x) => n + x.errors, 0),
+  }));
 }
 
 interface LoadResult {
@@ -194,6 +223,10 @@ async function main(): Promise<void> {
     const dp = pool(durable.url, 128);
 
     if (want("produce")) {
+      // The baseline appends to one file with one fdatasync stream, so the like-for-like figure is
+      // a topic of one partition (one log). Three partitions mean three logs, each with its own
+      // fdatasync per group commit (more, smaller commits for the same load): shown beside it.
+      await createTopic(np, "bench-produce-1", 1);
       await createTopic(np, "bench-produce", 3);
       const produceOp = (p: Pool, path: string) => async () => {
         const r = await p.request({ method: "POST", path, body: PAYLOAD });
@@ -201,12 +234,18 @@ async function main(): Promise<void> {
         if (r.statusCode !== 202) throw new Error(String(r.statusCode));
         return 1;
       };
-      const base = await closedLoop(64, SECONDS, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid);
-      const plainB = await closedLoop(64, SECONDS, produceOp(pp, "/v1/topics/x/messages"), plain.proc.pid);
-      const n = await closedLoop(64, SECONDS, produceOp(np, "/v1/topics/bench-produce/messages"), node.proc.pid);
-      row("produce, 1 msg/request, 64 in flight (msgs/s)", fmt(n.perS), `fdatasync ${fmt(base.perS)}; plain ${fmt(plainB.perS)}`, n.perS / base.perS, ">= 0.8x fdatasync");
-      const l1b = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid);
-      const l1 = await closedLoop(1, Math.max(3, SECONDS / 2), produceOp(np, "/v1/topics/bench-produce/messages"), node.proc.pid);
+      const [base, plainB, n1, n3] = (await interleaved(
+        (s) => closedLoop(64, s, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid),
+        (s) => closedLoop(64, s, produceOp(pp, "/v1/topics/x/messages"), plain.proc.pid),
+        (s) => closedLoop(64, s, produceOp(np, "/v1/topics/bench-produce-1/messages"), node.proc.pid),
+        (s) => closedLoop(64, s, produceOp(np, "/v1/topics/bench-produce/messages"), node.proc.pid),
+      )) as [LoadResult, LoadResult, LoadResult, LoadResult];
+      row("produce, 1 msg/request, 64 in flight, 1 partition (msgs/s)", fmt(n1.perS), `fdatasync ${fmt(base.perS)}; plain ${fmt(plainB.perS)}`, n1.perS / base.perS, ">= 0.8x fdatasync");
+      row("produce, 1 msg/request, 64 in flight, 3 partitions (msgs/s)", fmt(n3.perS), `fdatasync ${fmt(base.perS)}`, n3.perS / base.perS, "(three logs, three fdatasync streams)");
+      const [l1b, l1] = (await interleaved(
+        (s) => closedLoop(1, s, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid),
+        (s) => closedLoop(1, s, produceOp(np, "/v1/topics/bench-produce-1/messages"), node.proc.pid),
+      )) as [LoadResult, LoadResult];
       row("produce latency at 1 in flight, p50 (ms)", l1.p50Ms.toFixed(3), `fdatasync ${l1b.p50Ms.toFixed(3)}`, l1.p50Ms / l1b.p50Ms, "");
       row("produce latency at 1 in flight, p99 (ms)", l1.p99Ms.toFixed(3), `fdatasync ${l1b.p99Ms.toFixed(3)}`, l1.p99Ms / l1b.p99Ms, `<= fdatasync p99 + 2 ms (${(l1b.p99Ms + 2).toFixed(3)})`);
     }
@@ -214,25 +253,25 @@ async function main(): Promise<void> {
     if (want("batch")) {
       await createTopic(np, "bench-batch", 3);
       const batch = encodeBinaryBatch(Array.from({ length: 100 }, () => ({ payload: PAYLOAD })));
-      const n = await closedLoop(24, SECONDS, async () => {
+      const [n] = (await interleaved((s) => closedLoop(24, s, async () => {
         const r = await np.request({ method: "POST", path: "/v1/topics/bench-batch/messages/batch", body: batch, headers: { "content-type": BATCH_BINARY_TYPE } });
         await r.body.arrayBuffer();
         if (r.statusCode !== 202) throw new Error(String(r.statusCode));
         return 100;
-      }, node.proc.pid);
+      }, node.proc.pid))) as [LoadResult];
       row("produce, batches of 100, 24 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~160 000 (recorded)", n.perS / 200_000, ">= 200 000 msgs/s (ratio to goal)");
     }
 
     if (want("consume")) {
-      const total = Math.round(60_000 * SECONDS);
+      const total = Math.round(60_000 * SECONDS * ROUNDS);
       await createTopic(np, "bench-consume", 3);
       await prefill(np, "bench-consume", Math.min(total, 600_000));
-      const plainB = await closedLoop(64, SECONDS, async () => {
+      const plainOp = async () => {
         const r = await pp.request({ method: "POST", path: "/v1/topics/x/consume" });
         await r.body.arrayBuffer();
         return 1;
-      }, plain.proc.pid);
-      const n = await closedLoop(64, SECONDS, async () => {
+      };
+      const naradOp = async () => {
         const r = await np.request({ method: "POST", path: "/v1/topics/bench-consume/consume" });
         const h = r.headers["narad-receipt-handle"];
         await r.body.arrayBuffer();
@@ -241,14 +280,18 @@ async function main(): Promise<void> {
         await a.body.arrayBuffer();
         if (a.statusCode !== 204) throw new Error(String(a.statusCode));
         return 1;
-      }, node.proc.pid);
+      };
+      const [plainB, n] = (await interleaved(
+        (s) => closedLoop(64, s, plainOp, plain.proc.pid),
+        (s) => closedLoop(64, s, naradOp, node.proc.pid),
+      )) as [LoadResult, LoadResult];
       row("consume+ack, 1 msg/request, 64 in flight (msgs/s)", fmt(n.perS), `plain ${fmt(plainB.perS)} req/s`, n.perS / plainB.perS, ">= 0.5x plain");
     }
 
     if (want("consume-batch")) {
       await createTopic(np, "bench-cbatch", 3);
-      await prefill(np, "bench-cbatch", Math.min(160_000 * SECONDS, 2_000_000));
-      const n = await closedLoop(8, SECONDS, async () => {
+      await prefill(np, "bench-cbatch", Math.min(170_000 * SECONDS * ROUNDS, 2_600_000));
+      const [n] = (await interleaved((s) => closedLoop(8, s, async () => {
         const r = await np.request({ method: "POST", path: "/v1/topics/bench-cbatch/consume/batch?max_messages=100", headers: { accept: DELIVERIES_TYPE } });
         const ds = decodeDeliveries(Buffer.from(await r.body.arrayBuffer()));
         if (typeof ds === "string") throw new Error(ds);
@@ -262,7 +305,7 @@ async function main(): Promise<void> {
         await a.body.arrayBuffer();
         if (a.statusCode !== 200) throw new Error(String(a.statusCode));
         return ds.length;
-      }, node.proc.pid);
+      }, node.proc.pid))) as [LoadResult];
       row("consume+ack, batches of 100, 8 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~134 000 (recorded)", n.perS / 134_000, ">= 134 000 msgs/s (ratio to goal)");
     }
 
@@ -302,8 +345,10 @@ async function main(): Promise<void> {
         const otherPid = byUrl(otherUrl);
         if (ownerPid !== undefined) pids.owner = ownerPid;
         if (otherPid !== undefined) pids["non-owner"] = otherPid;
-        const own = await closedLoop(64, SECONDS, produceVia(po), pids);
-        const fwd = await closedLoop(64, SECONDS, produceVia(pf), pids);
+        const [own, fwd] = (await interleaved(
+          (s) => closedLoop(64, s, produceVia(po), pids),
+          (s) => closedLoop(64, s, produceVia(pf), pids),
+        )) as [LoadResult, LoadResult];
         row("cluster produce via a non-owner vs the owner, 64 in flight (msgs/s)", fmt(fwd.perS), `owner ${fmt(own.perS)}`, fwd.perS / own.perS, ">= 0.7x (forwarding costs < 30%)");
         const consumeVia = (p: Pool) => async () => {
           const r = await p.request({ method: "POST", path: "/v1/topics/bench-fwd/consume" });
@@ -314,8 +359,10 @@ async function main(): Promise<void> {
           await a.body.arrayBuffer();
           return 1;
         };
-        const ownC = await closedLoop(64, SECONDS, consumeVia(po), pids);
-        const fwdC = await closedLoop(64, SECONDS, consumeVia(pf), pids);
+        const [ownC, fwdC] = (await interleaved(
+          (s) => closedLoop(64, s, consumeVia(po), pids),
+          (s) => closedLoop(64, s, consumeVia(pf), pids),
+        )) as [LoadResult, LoadResult];
         row("cluster consume+ack via a non-owner vs the owner, 64 in flight (msgs/s)", fmt(fwdC.perS), `owner ${fmt(ownC.perS)}`, fwdC.perS / ownC.perS, ">= 0.7x (forwarding costs < 30%)");
         await Promise.all([c0.close(), po.close(), pf.close()]);
       } finally {

@@ -92,6 +92,9 @@ const STAGE_KEEP_BYTES = 16 * 1024 * 1024;
 const READ_BYTES_MAX = 8 * 1024 * 1024;
 const OPEN_SEGMENT_FDS_DEFAULT = 16;
 
+/** A segment that took a record this recently is read on the event loop (see readRuns). */
+const HOT_READ_MS = 60_000;
+
 export interface LogStats {
   /** Group commits completed: one fdatasync round (a roll makes a round sync two files). */
   syncs: number;
@@ -648,11 +651,13 @@ export class FilePartitionLog implements PartitionLog {
       const fd = this.acquireFd(seg);
       let got: number;
       try {
-        // The two newest segments were written moments ago by this process (writes are
-        // synchronous too), so the page cache holds them: a pread on this thread costs a few
-        // microseconds, against a thread-pool round trip and two context switches, which
-        // dominated single-message consumes. Older segments may be on disk only: thread pool.
-        got = k >= this.segments.length - 2 ? readFullyAtSync(fd, buf, 0, buf.length, startPos) : await readFullyAt(fd, buf, 0, buf.length, startPos);
+        // Recently written data is in the page cache (this process wrote it, synchronously), so
+        // a pread on this thread costs a few microseconds, against a thread-pool round trip and
+        // two context switches, which dominated single-message consumes. "Recent": the two
+        // newest segments, or a segment that took a record within HOT_READ_MS. Older data may be
+        // on disk only: it is read on the thread pool, so a slow disk never stalls the loop.
+        const hot = k >= this.segments.length - 2 || this.clock.nowMs() - seg.maxProducedAtMs < HOT_READ_MS;
+        got = hot ? readFullyAtSync(fd, buf, 0, buf.length, startPos) : await readFullyAt(fd, buf, 0, buf.length, startPos);
       } finally {
         this.releaseFd(seg);
       }
