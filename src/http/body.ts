@@ -11,7 +11,13 @@ export class BodyTooLarge extends NaradError {
   }
 }
 
-export function readBody(req: IncomingMessage, limitBytes: number, code: ErrorCode = "payload_too_large"): Promise<Buffer> {
+export async function readBody(req: IncomingMessage, limitBytes: number, code: ErrorCode = "payload_too_large"): Promise<Buffer> {
+  const chunks = await readBodyChunks(req, limitBytes, code);
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+}
+
+/** The body as the chunks it arrived in (a binary batch is decoded from them without a join). */
+export function readBodyChunks(req: IncomingMessage, limitBytes: number, code: ErrorCode = "payload_too_large"): Promise<Buffer[]> {
   const tooLarge = () =>
     new BodyTooLarge(code, code === "payload_too_large"
       ? `The message is over ${limitBytes} bytes (1 MiB); split it or store it elsewhere and send a reference.`
@@ -36,7 +42,7 @@ export function readBody(req: IncomingMessage, limitBytes: number, code: ErrorCo
     req.on("data", onData);
     req.once("end", () => {
       if (failed) return;
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      resolve(chunks);
     });
     req.once("error", (e) => {
       if (!failed) reject(new NaradError("bad_request", `Reading the request body failed: ${e.message}`));

@@ -34,7 +34,7 @@ import {
   TOPIC_NAME_RE,
   type ConsumedMessageJson,
 } from "../protocol/wire.js";
-import { readBody, readJson, BodyTooLarge } from "./body.js";
+import { readBody, readBodyChunks, readJson, BodyTooLarge } from "./body.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import { allows, canManage, canSee, isAdmin, parseGrant, type Principal } from "../auth/model.js";
 import type { UserStoreApi } from "../cluster/user-store-api.js";
@@ -282,8 +282,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
     let items: { key: string | null; payload: Buffer }[];
     if (type === BATCH_BINARY_TYPE) {
-      const body = await readBody(req, LIMITS.batchBodyBytesMax, "batch_too_large");
-      const decoded = decodeBinaryBatch(body);
+      const decoded = decodeBinaryBatch(await readBodyChunks(req, LIMITS.batchBodyBytesMax, "batch_too_large"));
       if (typeof decoded === "string") throw new NaradError("bad_request", `The binary batch is malformed: ${decoded}.`);
       items = decoded;
     } else if (type === "" || type === "application/json") {

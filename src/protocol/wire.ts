@@ -169,30 +169,92 @@ export function encodeBinaryBatch(messages: { key?: string | null; payload: Uint
   return out;
 }
 
-/** Decodes a binary batch; returns a string describing the fault for malformed input. */
-export function decodeBinaryBatch(body: Buffer): { key: string | null; payload: Buffer }[] | string {
+/**
+ * Reads a body kept as the chunks it arrived in, without joining them: a field that lies in one
+ * chunk comes back as a view of it, one that straddles two as a copy (a few in a large batch).
+ */
+class ChunkReader {
+  private i = 0;
+  private at = 0;
+  /** Bytes read so far. */
+  position = 0;
+  readonly total: number;
+
+  constructor(private readonly chunks: readonly Buffer[]) {
+    let n = 0;
+    for (const c of chunks) n += c.length;
+    this.total = n;
+  }
+
+  get remaining(): number {
+    return this.total - this.position;
+  }
+
+  /** The next n bytes (the caller checked `remaining`). */
+  take(n: number): Buffer {
+    while (this.i < this.chunks.length && this.at === this.chunks[this.i]!.length) {
+      this.i++;
+      this.at = 0;
+    }
+    this.position += n;
+    const c = this.chunks[this.i];
+    if (c === undefined || n === 0) return EMPTY;
+    if (c.length - this.at >= n) {
+      this.at += n;
+      return c.subarray(this.at - n, this.at);
+    }
+    const out = Buffer.allocUnsafe(n);
+    for (let filled = 0; filled < n; ) {
+      const d = this.chunks[this.i]!;
+      const k = Math.min(n - filled, d.length - this.at);
+      d.copy(out, filled, this.at, this.at + k);
+      filled += k;
+      this.at += k;
+      if (this.at === d.length) {
+        this.i++;
+        this.at = 0;
+      }
+    }
+    return out;
+  }
+
+  u32(): number {
+    const c = this.chunks[this.i];
+    if (c !== undefined && c.length - this.at >= 4) {
+      this.at += 4;
+      this.position += 4;
+      return c.readUInt32BE(this.at - 4);
+    }
+    return this.take(4).readUInt32BE(0);
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * Decodes a binary batch, given whole or as the chunks it arrived in (no join: payloads are views
+ * of the chunks where they lie in one); returns a string describing the fault for malformed input.
+ */
+export function decodeBinaryBatch(body: Buffer | readonly Buffer[]): { key: string | null; payload: Buffer }[] | string {
+  const r = new ChunkReader(Buffer.isBuffer(body) ? [body] : body);
   const out: { key: string | null; payload: Buffer }[] = [];
-  let at = 0;
-  while (at < body.length) {
-    if (body.length - at < 4) return `truncated key length at byte ${at}`;
-    const kl = body.readUInt32BE(at);
-    at += 4;
+  while (r.remaining > 0) {
+    if (r.remaining < 4) return `truncated key length at byte ${r.position}`;
+    const kl = r.u32();
     let key: string | null = null;
     if (kl > 0) {
-      if (kl - 1 > LIMITS.keyBytesMax) return `key at byte ${at} is over ${LIMITS.keyBytesMax} bytes`;
-      if (body.length - at < kl - 1) return `truncated key at byte ${at}`;
-      key = body.toString("utf8", at, at + kl - 1);
-      at += kl - 1;
+      if (kl - 1 > LIMITS.keyBytesMax) return `key at byte ${r.position} is over ${LIMITS.keyBytesMax} bytes`;
+      if (r.remaining < kl - 1) return `truncated key at byte ${r.position}`;
+      key = r.take(kl - 1).toString("utf8");
     }
-    if (body.length - at < 4) return `truncated payload length at byte ${at}`;
-    const pl = body.readUInt32BE(at);
-    at += 4;
-    if (body.length - at < pl) return `truncated payload at byte ${at}`;
-    out.push({ key, payload: body.subarray(at, at + pl) });
-    at += pl;
+    if (r.remaining < 4) return `truncated payload length at byte ${r.position}`;
+    const pl = r.u32();
+    if (r.remaining < pl) return `truncated payload at byte ${r.position}`;
+    out.push({ key, payload: r.take(pl) });
   }
   return out;
 }
+
 
 /** Content type of a batch of leased messages in binary (consume/batch with this Accept, and between nodes). */
 export const DELIVERIES_TYPE = "application/vnd.narad.deliveries";
