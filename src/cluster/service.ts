@@ -97,6 +97,10 @@ interface SettleForward {
   ctx: RequestContext;
 }
 
+/** Attempts at the failed part of a child copy batch, and the back-off between them (× the attempt). */
+const COPY_GROUP_ATTEMPTS = 4;
+const COPY_GROUP_RETRY_MS = 100;
+
 /**
  * Merged forwards (src/cluster/coalesce.ts): per key, requests on the wire at once, and a merged
  * request's size. One on the wire per key: what arrives meanwhile leaves together next, so the
@@ -429,7 +433,7 @@ export class ClusterService implements Service {
     const items = records.map((r) => ({ key: r.key === null ? null : r.key.toString("utf8"), payload: r.payload }));
     const ctx: RequestContext = { authorization: undefined };
     if (partition === undefined) {
-      await this.produce(child, items, ctx);
+      await this.copyGroups(child, items, ctx);
       return;
     }
     const t = await this.topic(child);
@@ -437,6 +441,31 @@ export class ClusterService implements Service {
     const pl = this.placement(child, partition);
     if (pl.node === this.me) await this.produceLocal(child, partition, items);
     else await this.produces.submit(`${pl.node}\0${child}\0${partition}\0`, { node: pl.node, topic: child, partition, items, ctx });
+  }
+
+  /**
+   * A fan-out, delay or remote-side copy batch, split by partition as a produce is. A group that
+   * fails is sent again (a little later, routed around an owner that is down) and the groups
+   * already stored are not: one owner's failure must not make the others store their part twice,
+   * which is what retrying the whole batch did when another owner was merely stopping. Only when
+   * a group still fails after COPY_GROUP_ATTEMPTS does the copier see the error; it then copies
+   * the whole batch again later (the contract's "a node a copy was sent to dies" case).
+   */
+  private async copyGroups(child: string, items: ProduceItem[], ctx: RequestContext): Promise<void> {
+    const t = await this.topic(child);
+    const keys = items.map((it) => it.key);
+    const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, child, t.partitions) : 0;
+    let pending = [...groupByPartition(keys, t.partitions, unkeyed)];
+    for (let attempt = 1; ; attempt++) {
+      const outcomes = await Promise.allSettled(pending.map(([p, idxs]) => this.produceGroup(t, p, idxs.map((i) => items[i]!), ctx)));
+      const failed = pending.filter((_, i) => outcomes[i]!.status === "rejected");
+      if (failed.length === 0) return;
+      const err = (outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult).reason as unknown;
+      if (attempt >= COPY_GROUP_ATTEMPTS) throw err;
+      this.log.debug({ child, groups: failed.length, attempt, err: errText(err) }, "part of a child copy failed; sending that part again");
+      pending = failed;
+      await new Promise((r) => setTimeout(r, COPY_GROUP_RETRY_MS * attempt));
+    }
   }
 
   // ---- produce ----------------------------------------------------------------------------------
