@@ -7,11 +7,11 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { readyLineScanner, type ReadyLine } from "../src/protocol/ready-line.js";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const NARAD_BIN = join(REPO_ROOT, "bin", "narad");
 
-const READY_RE = /^narad listening on (http:\/\/(\S+):(\d+)) \(node (\S+), data (.+)\)$/;
 
 export interface NodeOptions {
   /** Reuse a data dir (restart); by default a fresh temp dir. */
@@ -96,25 +96,19 @@ export async function startNode(opts: NodeOptions = {}): Promise<RunningNode> {
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((res) =>
     proc.on("exit", (code, signal) => res({ code, signal })),
   );
-  const ready = new Promise<RegExpExecArray>((res, rej) => {
-    let line = "";
+  const ready = new Promise<ReadyLine>((res, rej) => {
     const timer = setTimeout(
       () => rej(new Error(`node did not print its ready line within ${opts.readyTimeoutMs ?? 20_000} ms:\n${output}`)),
       opts.readyTimeoutMs ?? 20_000,
     );
+    const scan = readyLineScanner((r) => {
+      clearTimeout(timer);
+      res(r);
+    });
     proc.stdout!.on("data", (b: Buffer) => {
       const s = b.toString("utf8");
       output += s;
-      line += s;
-      let nl: number;
-      while ((nl = line.indexOf("\n")) >= 0) {
-        const m = READY_RE.exec(line.slice(0, nl).trim());
-        line = line.slice(nl + 1);
-        if (m) {
-          clearTimeout(timer);
-          res(m);
-        }
-      }
+      scan(s);
     });
     proc.stderr!.on("data", (b: Buffer) => (output += b.toString("utf8")));
     void exited.then(({ code, signal }) => {
@@ -122,11 +116,11 @@ export async function startNode(opts: NodeOptions = {}): Promise<RunningNode> {
       rej(new Error(`node exited (code ${code}, signal ${signal}) before it was ready:\n${output}`));
     });
   });
-  const m = await ready;
+  const r = await ready;
   const node: RunningNode = {
-    url: m[1]!,
-    port: Number(m[3]),
-    nodeId: m[4]!,
+    url: r.url,
+    port: r.port,
+    nodeId: r.nodeId,
     dataDir,
     proc,
     output: () => output,

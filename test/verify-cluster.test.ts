@@ -17,8 +17,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
-import { removeDir, tempDir } from "./harness.js";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
+import { WorkloadRuns } from "./support/workload-runs.js";
 import { deriveSeed, runWorkload, type RunResult } from "../src/verify/workloads/index.js";
 import { planFaults } from "../src/verify/nemesis/index.js";
 
@@ -27,41 +27,19 @@ const SEED = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARA
 const CHILDREN_SEED = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARAD_TEST_SEED) : 14;
 
 let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-let failed = false;
+const runs = new WorkloadRuns("narad-cluster-suite-", " on 3 nodes");
+const { outDir, explain, assertValid } = runs;
 before(async () => {
   // One PostgreSQL for both runs; each run makes a fresh database of its own on it.
   pg = await startPostgres();
 });
 after(async () => {
   await pg?.stop();
-  if (!failed) for (const d of dirs) await removeDir(d);
+  await runs.cleanup();
 });
 
-async function outDir(): Promise<string> {
-  const d = await tempDir("narad-cluster-suite-");
-  dirs.push(d);
-  return d;
-}
 
-function explain(r: RunResult): string {
-  const anomalies = r.report?.anomalies.slice(0, 5).map((a) => `${a.name} ${a.msg} on ${a.path} ops ${a.ops.join(",")}: ${a.explanation}`) ?? [];
-  const unknowns = r.report?.unknowns.slice(0, 5).map((u) => `${u.reason} ${u.msg}: ${u.explanation}`) ?? [];
-  return [
-    `workload ${r.workload} on 3 nodes, seed ${r.seed}: verdict ${r.verdict} (${r.report?.reason ?? "-"})`,
-    ...anomalies,
-    ...unknowns,
-    ...r.findings.map((f) => `driver ${f.kind}: ${f.text}`),
-    `history ${r.historyPath}`,
-  ].join("\n  ");
-}
 
-function assertValid(r: RunResult): void {
-  if (r.verdict !== "valid" || r.exitCode !== 0 || r.findings.length > 0) failed = true;
-  assert.equal(r.verdict, "valid", explain(r));
-  assert.deepEqual(r.findings, [], explain(r));
-  assert.equal(r.exitCode, 0, explain(r));
-}
 
 describe("cluster suites (three nodes, security on)", { timeout: 240_000 }, () => {
   test("cluster e2e: a known set produced, consumed and acked exactly once; valid", async () => {

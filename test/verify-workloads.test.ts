@@ -8,45 +8,21 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { removeDir, runNarad, tempDir } from "./harness.js";
-import { runWorkload, deriveSeed, type RunResult } from "../src/verify/workloads/index.js";
+import { runNarad } from "./harness.js";
+import { WorkloadRuns } from "./support/workload-runs.js";
+import { runWorkload, deriveSeed } from "../src/verify/workloads/index.js";
 import { planFaults } from "../src/verify/nemesis/index.js";
 
 const SEED = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARAD_TEST_SEED) : 20261201;
 /** The children run's seed: its schedule kills the parent's owner and stops the remote node early on. */
 const CHILDREN_SEED = 9;
 
-const dirs: string[] = [];
-let failed = false;
-after(async () => {
-  // Keep the histories of a failed run for whoever reads the failure.
-  if (!failed) for (const d of dirs) await removeDir(d);
-});
+const runs = new WorkloadRuns("narad-workload-test-");
+const { outDir, explain, assertValid } = runs;
+after(runs.cleanup);
 
-async function outDir(): Promise<string> {
-  const d = await tempDir("narad-workload-test-");
-  dirs.push(d);
-  return d;
-}
 
-function explain(r: RunResult): string {
-  const anomalies = r.report?.anomalies.slice(0, 5).map((a) => `${a.name} ${a.msg} ops ${a.ops.join(",")}: ${a.explanation}`) ?? [];
-  const unknowns = r.report?.unknowns.slice(0, 5).map((u) => `${u.reason} ${u.msg}: ${u.explanation}`) ?? [];
-  return [
-    `workload ${r.workload}, seed ${r.seed}: verdict ${r.verdict} (${r.report?.reason ?? "-"})`,
-    ...anomalies,
-    ...unknowns,
-    ...r.findings.map((f) => `driver ${f.kind}: ${f.text}`),
-    `history ${r.historyPath}`,
-  ].join("\n  ");
-}
 
-function assertValid(r: RunResult): void {
-  if (r.verdict !== "valid" || r.exitCode !== 0 || r.findings.length > 0) failed = true;
-  assert.equal(r.verdict, "valid", explain(r));
-  assert.deepEqual(r.findings, [], explain(r));
-  assert.equal(r.exitCode, 0, explain(r));
-}
 
 describe("verify workloads", { timeout: 240_000 }, () => {
   test("e2e on one node: every message produced, delivered once and acked; valid", async () => {
@@ -79,7 +55,7 @@ describe("verify workloads", { timeout: 240_000 }, () => {
   test("narad verify run prints the verdict, the report paths and the seed, and exits 0", async () => {
     const out = await outDir();
     const r = await runNarad(["verify", "run", "--workload", "e2e", "--duration", "1", "--rate", "100", "--seed", String(SEED), "--out", out], { timeoutMs: 90_000 });
-    if (r.code !== 0) failed = true;
+    if (r.code !== 0) runs.failed = true;
     assert.equal(r.code, 0, `seed ${SEED}:\n${r.stdout}\n${r.stderr}`);
     assert.match(r.stdout, /^result: +valid, exit 0$/m);
     assert.match(r.stdout, new RegExp(`^seed: +${SEED}\\b`, "m"));

@@ -1,6 +1,7 @@
 // The `narad` command. The only place (with the client commands) that prints for people.
 
 import { Command, Option } from "commander";
+import { formatReadyLine } from "../protocol/ready-line.js";
 import { ConfigError, resolveConfig, SETTINGS } from "./config.js";
 import { registerClientCommands } from "./client-commands.js";
 import { registerVerifyCommands } from "./verify-commands.js";
@@ -45,7 +46,7 @@ start.action(async (opts: Record<string, unknown>) => {
     if (e instanceof StartupError) fail(e.message);
     throw e;
   }
-  process.stdout.write(`narad listening on ${running.url} (node ${running.nodeId}, data ${running.dataDir})\n`);
+  process.stdout.write(`${formatReadyLine(running)}\n`);
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals) => {
     if (++signals > 1) {

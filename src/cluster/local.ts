@@ -25,11 +25,11 @@ import { fileURLToPath } from "node:url";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./embedded-postgres.js";
 
 export { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./embedded-postgres.js";
+import { readyLineScanner, type ReadyLine } from "../protocol/ready-line.js";
 
 /** bin/narad of this checkout (this module runs from dist/src/cluster/). */
 export const NARAD_BIN = fileURLToPath(new URL("../../../bin/narad", import.meta.url));
 
-const READY_RE = /^narad listening on (http:\/\/\S+) \(node (\S+), data (.+)\)$/;
 const OUTPUT_CHARS_MAX = 256 * 1024;
 
 export interface LocalClusterOptions {
@@ -114,22 +114,16 @@ export class LocalNode {
     };
     this.exited = new Promise((res) => proc.on("exit", (code, signal) => res({ code, signal })));
     const exited = this.exited;
-    const ready = new Promise<RegExpExecArray>((res, rej) => {
-      let line = "";
+    const ready = new Promise<ReadyLine>((res, rej) => {
       const timer = setTimeout(() => rej(new Error(`node ${this.id} did not print its ready line within ${this.readyTimeoutMs} ms:\n${this.out.slice(-4000)}`)), this.readyTimeoutMs);
+      const scan = readyLineScanner((r) => {
+        clearTimeout(timer);
+        res(r);
+      });
       proc.stdout!.on("data", (b: Buffer) => {
         const s = b.toString("utf8");
         keep(s);
-        line += s;
-        let nl: number;
-        while ((nl = line.indexOf("\n")) >= 0) {
-          const m = READY_RE.exec(line.slice(0, nl).trim());
-          line = line.slice(nl + 1);
-          if (m) {
-            clearTimeout(timer);
-            res(m);
-          }
-        }
+        scan(s);
       });
       proc.stderr!.on("data", (b: Buffer) => keep(b.toString("utf8")));
       void exited.then(({ code, signal }) => {
@@ -137,9 +131,9 @@ export class LocalNode {
         rej(new Error(`node ${this.id} exited (code ${code}, signal ${signal}) before it was ready:\n${this.out.slice(-4000)}`));
       });
     });
-    const m = await ready;
-    this.url = m[1]!;
-    this.port = Number(new URL(this.url).port);
+    const r = await ready;
+    this.url = r.url;
+    this.port = r.port;
   }
 
   /** SIGTERM, SIGKILL after graceMs; resolves with the exit code. */

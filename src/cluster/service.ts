@@ -453,9 +453,7 @@ export class ClusterService implements Service {
    */
   private async copyGroups(child: string, items: ProduceItem[], ctx: RequestContext): Promise<void> {
     const t = await this.topic(child);
-    const keys = items.map((it) => it.key);
-    const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, child, t.partitions) : 0;
-    let pending = [...groupByPartition(keys, t.partitions, unkeyed)];
+    let pending = [...this.groupsFor(t, items)];
     for (let attempt = 1; ; attempt++) {
       const outcomes = await Promise.allSettled(pending.map(([p, idxs]) => this.produceGroup(t, p, idxs.map((i) => items[i]!), ctx)));
       const failed = pending.filter((_, i) => outcomes[i]!.status === "rejected");
@@ -472,10 +470,7 @@ export class ClusterService implements Service {
 
   async produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]> {
     const t = await this.topic(topic);
-    const n = t.partitions;
-    const keys = items.map((it) => it.key);
-    const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, topic, n) : 0;
-    const groups = groupByPartition(keys, n, unkeyed);
+    const groups = this.groupsFor(t, items);
     if (groups.size === 1) {
       const [p] = groups.keys();
       return this.produceGroup(t, p!, items, ctx);
@@ -494,6 +489,13 @@ export class ClusterService implements Service {
       "forward_failed",
       `The batch went to several partitions' owners and not all of them stored their part (${errText(failed[0])}); part of it may be stored: retrying may store those messages twice.`,
     );
+  }
+
+  /** Item indexes per partition: a key's partition, or for unkeyed items the next one in turn. */
+  private groupsFor(t: ClusterTopic, items: readonly ProduceItem[]): Map<number, number[]> {
+    const keys = items.map((it) => it.key);
+    const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, t.name, t.partitions) : 0;
+    return groupByPartition(keys, t.partitions, unkeyed);
   }
 
   /** Starting points differ per node (by its number), so nodes taking turns cover the partitions together. */
@@ -712,12 +714,7 @@ export class ClusterService implements Service {
 
   /** The broker learns of a topic by its reconcile; a request may come first. */
   private async ensureKnown(topic: string): Promise<void> {
-    let ct = this.o.cp.topic(topic);
-    if (ct === undefined) {
-      await this.o.cp.refresh([`topic:${topic}`]).catch(() => undefined);
-      ct = this.o.cp.topic(topic);
-    }
-    if (ct === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist; create it first.`);
+    const ct = await this.topic(topic);
     if (this.o.broker.knownIncarnation(topic) !== ct.incarnation) await this.o.ownership.schedule(topic);
   }
 

@@ -714,7 +714,7 @@ function head(res: ServerResponse, status: number, headers: string[] = []): void
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, extra: string[] = []): void {
-  const bytes = Buffer.from(JSON.stringify(body)); // encoded once: not measured, then encoded again
+  const bytes = Buffer.from(JSON.stringify(body)); // encoded once (not measured as a string, then encoded again)
   head(res, status, ["content-type", "application/json", "content-length", String(bytes.length), ...extra]);
   res.end(bytes);
 }

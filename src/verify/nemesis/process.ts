@@ -25,6 +25,7 @@ import http from "node:http";
 import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
+import { readyLineScanner, type ReadyLine } from "../../protocol/ready-line.js";
 
 export const NODE_PROCESS_DEFAULTS = {
   /** From spawn to the ready line. */
@@ -44,7 +45,6 @@ export const NODE_PROCESS_DEFAULTS = {
 /** Starts that fail because the port is in use are retried up to this many attempts in all. */
 export const START_ATTEMPTS_MAX = 3;
 
-const READY_RE = /^narad listening on http:\/\/(\S+):(\d+) \(node (\S+), data (.+)\)$/;
 const PORT_IN_USE_RE = /EADDRINUSE|in use/i;
 
 const REPO_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
@@ -229,7 +229,7 @@ export class NodeProcess {
     if (this.outputTail.length > max) this.outputTail = this.outputTail.slice(this.outputTail.length - max);
   }
 
-  private spawnOnce(): { child: ChildProcess; exit: Promise<Exit>; ready: Promise<RegExpExecArray>; output: () => string } {
+  private spawnOnce(): { child: ChildProcess; exit: Promise<Exit>; ready: Promise<ReadyLine>; output: () => string } {
     const args = [
       this.opts.naradBin ?? DEFAULT_NARAD_BIN,
       "server",
@@ -270,28 +270,14 @@ export class NodeProcess {
         }
       });
     });
-    const ready = new Promise<RegExpExecArray>((resolve, reject) => {
-      let found = false;
+    const ready = new Promise<ReadyLine>((resolve, reject) => {
       // The spec says the node prints the line, not on which stream: watch both.
       const watch = (stream: NodeJS.ReadableStream) => {
-        let partial = "";
+        const scan = readyLineScanner(resolve);
         stream.setEncoding("utf8");
         stream.on("data", (s: string) => {
           onText(s);
-          if (found) return;
-          partial += s;
-          let nl: number;
-          while ((nl = partial.indexOf("\n")) >= 0) {
-            const m = READY_RE.exec(partial.slice(0, nl).trim());
-            partial = partial.slice(nl + 1);
-            if (m) {
-              found = true;
-              resolve(m);
-              return;
-            }
-          }
-          // A line can't be the ready line once it is this long; keep memory bounded.
-          if (partial.length > 64 * 1024) partial = "";
+          scan(s);
         });
       };
       watch(child.stdout!);
@@ -323,9 +309,9 @@ export class NodeProcess {
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no ready line within ${readyTimeoutMs} ms: ${s.output().trim().slice(-2000)}`)), readyTimeoutMs);
       });
-      let m: RegExpExecArray;
+      let r: ReadyLine;
       try {
-        m = await Promise.race([s.ready, timeout]);
+        r = await Promise.race([s.ready, timeout]);
       } catch (e) {
         clearTimeout(timer);
         if (this.running) await this.killAndWait();
@@ -334,9 +320,9 @@ export class NodeProcess {
       }
       clearTimeout(timer);
       const readyMs = Math.round(performance.now() - t0);
-      const port = Number(m[2]);
+      const port = r.port;
       this.portValue = port;
-      this.nodeIdValue = m[3]!;
+      this.nodeIdValue = r.nodeId;
       const health = await this.waitHealthy();
       if (health.node !== null && health.node !== this.nodeIdValue) {
         throw new Error(`ready line says node ${this.nodeIdValue} but /healthz says Narad-Node ${health.node}`);

@@ -39,6 +39,7 @@
 // planStep (four per target), so a seed gives the same kinds and holds.
 
 import { Prng, applyFault, planStep, restoreTarget, type FaultRecorder, type InjectedFaultKind, type NemesisTarget } from "../nemesis/index.js";
+import { Stopper } from "./roles.js";
 
 export interface CycleSpec {
   /**
@@ -98,8 +99,7 @@ export class LoadCycle {
   private readonly o: CycleOptions;
   private readonly prng: Prng;
   private loop: Promise<void> | null = null;
-  private stopping = false;
-  private readonly wakers = new Set<() => void>();
+  private readonly stopper = new Stopper();
   /** A remote node's restart runs while the next burst is produced. */
   private pendingRestore: Promise<void> = Promise.resolve();
   private turn = 0;
@@ -122,19 +122,6 @@ export class LoadCycle {
     this.loop = this.run();
   }
 
-  private sleep(ms: number): Promise<void> {
-    if (this.stopping || ms <= 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.wakers.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wakers.add(done);
-    });
-  }
-
   /** Runs `fn` after every fault operation queued before it. */
   private exclusive<T>(fn: () => Promise<T>): Promise<T> {
     const p = this.faultChain.then(fn);
@@ -146,25 +133,25 @@ export class LoadCycle {
     const s = this.o.spec;
     // When the last delay copy of the bursts so far falls due (conservatively: with the restart margin).
     let delayCopiesDueBy = -Infinity;
-    while (!this.stopping) {
+    while (!this.stopper.stopping) {
       const burstAt = performance.now();
       const okBefore = this.o.producedOk();
       await this.o.gate(true);
-      await this.sleep(s.burstMs);
-      while (!this.stopping && this.o.producedOk() - okBefore < s.burstProducesMin && performance.now() < burstAt + 3 * s.burstMs) await this.sleep(BURST_POLL_MS);
-      if (this.stopping) break;
+      await this.stopper.sleep(s.burstMs);
+      while (!this.stopper.stopping && this.o.producedOk() - okBefore < s.burstProducesMin && performance.now() < burstAt + 3 * s.burstMs) await this.stopper.sleep(BURST_POLL_MS);
+      if (this.stopper.stopping) break;
       this.burstsSinceFaults++;
       const pauseAt = performance.now();
       await this.o.gate(false);
       // Every produce of the burst is answered: its messages are committed (or never will be).
       const quietAt = performance.now();
-      if (this.o.faults.length > 0 && !this.stopping) {
+      if (this.o.faults.length > 0 && !this.stopper.stopping) {
         const opensAt = delayCopiesDueBy + DELAY_COPY_SETTLED_MS;
         const closesAt = s.delayMs > 0 ? burstAt + s.delayMs - s.faultMarginMs : pauseAt + s.windowMs;
         await this.faultTurn(opensAt, closesAt);
       }
       if (s.delayMs > 0) delayCopiesDueBy = quietAt + s.delayMs + PRE_BOOT_MARGIN_MS;
-      await this.sleep(pauseAt + s.gapMs - performance.now());
+      await this.stopper.sleep(pauseAt + s.gapMs - performance.now());
     }
   }
 
@@ -188,16 +175,16 @@ export class LoadCycle {
     await this.pendingRestore;
     const flushMs = 2 * this.o.ackFlushMs;
     const deadline = closesAt;
-    await this.sleep(opensAt - flushMs - performance.now());
+    await this.stopper.sleep(opensAt - flushMs - performance.now());
     let caught = false;
-    while (!this.stopping && performance.now() + flushMs <= deadline) {
+    while (!this.stopper.stopping && performance.now() + flushMs <= deadline) {
       if (await this.o.caughtUp().catch(() => false)) {
         caught = true;
         break;
       }
-      await this.sleep(CATCH_UP_POLL_MS);
+      await this.stopper.sleep(CATCH_UP_POLL_MS);
     }
-    if (this.stopping) return;
+    if (this.stopper.stopping) return;
     const names = window.map((t) => t.node.name).join(" and ");
     if (!caught) {
       this.skipped++;
@@ -205,8 +192,8 @@ export class LoadCycle {
       return;
     }
     // The copy cursors reach the OS every ack_flush_ms: after two, every copy made is on record.
-    await this.sleep(flushMs);
-    if (this.stopping) return;
+    await this.stopper.sleep(flushMs);
+    if (this.stopper.stopping) return;
     if (performance.now() > deadline) {
       this.skipped++;
       this.o.onSkip?.(names, "its window closed");
@@ -223,7 +210,7 @@ export class LoadCycle {
       this.applied++;
       await this.exclusive(() => applyFault(this.o.record, t, step.kind));
       const restore = (async (): Promise<void> => {
-        await this.sleep(step.holdMs);
+        await this.stopper.sleep(step.holdMs);
         await this.exclusive(() => restoreTarget(this.o.record, t));
       })();
       if (t.role === "remote") this.pendingRestore = restore;
@@ -248,8 +235,7 @@ export class LoadCycle {
    * go on (the recovery the run measures), and no fault can meet a later copy.
    */
   async stop(): Promise<void> {
-    this.stopping = true;
-    for (const w of [...this.wakers]) w();
+    this.stopper.stop();
     await this.loop;
     await this.pendingRestore;
     for (const t of this.o.targets) await this.exclusive(() => restoreTarget(this.o.record, t));
