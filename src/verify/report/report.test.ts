@@ -53,7 +53,7 @@ test("the HTML report is one self-contained file with the plot hooks, and escape
   assert.ok(parsed.series.buckets > 0);
 });
 
-test("the HTML report draws every plot in headless Chromium", { skip: existsSync("/usr/bin/chromium") ? false : "no /usr/bin/chromium" }, async () => {
+test("the HTML report draws every plot in headless Chromium", { skip: existsSync("/usr/bin/chromium") ? false : "Chromium is not installed: apt-get update && apt-get install -y chromium (then npm test runs this)" }, async () => {
   const dir = await mkdtemp(join(tmpdir(), "narad-report-"));
   try {
     const r = checkEvents(simulateHistory({ seed: 11, durationMs: 400 }));
