@@ -429,6 +429,84 @@ describe("SDK against a real node", () => {
     });
   });
 
+  describe("one round trip a message: consume({ack}) and process()", () => {
+    it("consume({ack}) acks the handle and leases the next; a refused ack throws and leases nothing", async () => {
+      const topic = topicName("acknext");
+      await client.createTopic({ name: topic, partitions: 1 });
+      await client.produceBatch(topic, [{ payload: "one" }, { payload: "two" }]);
+      const m1 = await client.consume(topic);
+      assert.ok(m1);
+      const m2 = await client.consume(topic, { ack: m1.receiptHandle, waitMs: 100 });
+      assert.ok(m2);
+      assert.deepEqual([m1.text(), m2.text()].sort(), ["one", "two"]);
+      await rejectsWith(m1.ack(), NaradGoneError); // settled by the piggybacked ack
+      await rejectsWith(client.consume(topic, { ack: m1.receiptHandle }), NaradGoneError);
+      const bad = await rejectsWith(client.consume(topic, { ack: "garbage" }), NaradRequestError);
+      assert.equal(bad.code, "invalid_receipt_handle");
+      assert.equal(await client.consume(topic, { ack: m2.receiptHandle }), null, "the ack rides on an empty consume too");
+      await rejectsWith(m2.ack(), NaradGoneError);
+    });
+
+    it("process() runs the handler on each message, acks each once, and ends on abort", async () => {
+      const topic = topicName("process");
+      await client.createTopic({ name: topic, partitions: 2 });
+      const ac = new AbortController();
+      const handled: Message[] = [];
+      const loop = client.process(
+        topic,
+        (m) => {
+          handled.push(m);
+          if (handled.length === 6) ac.abort();
+        },
+        { waitMs: 20_000, signal: ac.signal },
+      );
+      for (let i = 0; i < 6; i++) await client.produce(topic, `p${i}`);
+      await loop;
+      assert.deepEqual(handled.map((m) => m.text()).sort(), ["p0", "p1", "p2", "p3", "p4", "p5"]);
+      // Every one was acked: through the next consume, and the last one when the loop ended.
+      for (const m of handled) await rejectsWith(m.ack(), NaradGoneError);
+      assert.equal(await client.consume(topic), null);
+    });
+
+    it("process(): a handler that throws has its message nacked and reported to onError", async () => {
+      const topic = topicName("process-fail");
+      await client.createTopic({ name: topic, partitions: 1, visibilityTimeoutMs: 60_000 });
+      await client.produce(topic, "flaky");
+      const ac = new AbortController();
+      const deliveries: number[] = [];
+      const reported: [string, number][] = [];
+      await client.process(
+        topic,
+        (m) => {
+          deliveries.push(m.deliveryCount);
+          if (m.deliveryCount === 1) throw new Error("first try fails");
+          ac.abort();
+        },
+        { waitMs: 5_000, signal: ac.signal, onError: (err, m) => void reported.push([(err as Error).message, m.deliveryCount]) },
+      );
+      // The nack made it available at once (the visibility timeout is a minute).
+      assert.deepEqual(deliveries, [1, 2]);
+      assert.deepEqual(reported, [["first try fails", 1]]);
+      assert.equal(await client.consume(topic), null, "acked on the way out");
+    });
+
+    it("process() without onError rejects with the handler's error, and the message is available again", async () => {
+      const topic = topicName("process-throw");
+      await client.createTopic({ name: topic, partitions: 1, visibilityTimeoutMs: 60_000 });
+      await client.produce(topic, "boom");
+      await assert.rejects(
+        client.process(topic, () => {
+          throw new Error("handler broke");
+        }, { waitMs: 5_000 }),
+        /handler broke/,
+      );
+      const again = await client.consume(topic);
+      assert.ok(again);
+      assert.equal(again.deliveryCount, 2);
+      await again.ack();
+    });
+  });
+
   describe("replay", () => {
     it("pages a partition in offset order and replayAll walks it to the end", async () => {
       const topic = topicName("replay");

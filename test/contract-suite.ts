@@ -325,6 +325,44 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal((await ack(topic, m2.handle)).status, 204);
     });
 
+    test("consume?ack=H acks H and leases the next in one request; a refused ack leases nothing", async () => {
+      const topic = await createTopic({ partitions: 2 });
+      for (const p of ["a", "b", "c"]) await produce(topic, p);
+      const consumeAcking = (handle: string, extra = "") => req("POST", `/v1/topics/${topic}/consume?ack=${encodeURIComponent(handle)}${extra}`);
+      const m1 = await consume(topic);
+      assert.ok(m1);
+      const r2 = await consumeAcking(m1.handle);
+      assert.equal(r2.status, 200, await r2.clone().text());
+      const h2 = r2.headers.get("narad-receipt-handle")!;
+      const seen = [m1.body.toString(), await r2.text()];
+      assert.equal((await ack(topic, m1.handle)).status, 410, "the piggybacked ack settled m1");
+
+      // Refusals answer as the ack would and lease nothing: the third message stays available.
+      const gone = await consumeAcking(m1.handle);
+      assert.equal(gone.status, 410);
+      assert.equal(await errorCode(gone), "receipt_handle_gone");
+      for (const bad of [consumeAcking("garbage"), req("POST", `/v1/topics/${topic}/consume?ack=`)]) {
+        const r = await bad;
+        assert.equal(r.status, 400);
+        assert.equal(await errorCode(r), "invalid_receipt_handle");
+      }
+      const badWait = await consumeAcking(h2, "&wait_ms=-1");
+      assert.equal(badWait.status, 400, "a bad wait_ms refuses the request before the ack");
+      assert.equal(await errorCode(badWait), "invalid_argument");
+
+      const r3 = await consumeAcking(h2, "&wait_ms=50");
+      assert.equal(r3.status, 200, await r3.clone().text());
+      const h3 = r3.headers.get("narad-receipt-handle")!;
+      seen.push(await r3.text());
+      assert.deepEqual(seen.sort(), ["a", "b", "c"], "each message once, none handed out twice");
+      // The last ack rides on a consume that finds nothing: 204, and the ack took effect.
+      const last = await consumeAcking(h3);
+      assert.equal(last.status, 204);
+      assert.equal((await ack(topic, h3)).status, 410);
+      assert.equal((await ack(topic, h2)).status, 410);
+      assert.equal(await consume(topic), null);
+    });
+
     test("a lapsed lease comes back with a new handle, and the lapsed handle is 410", async () => {
       const topic = await createTopic({ partitions: 1, visibility_timeout_ms: 300 });
       await produce(topic, "lapse");

@@ -295,6 +295,7 @@ export class Broker {
     if (c !== undefined) await c.close();
     if (p !== undefined) {
       this.lastTags.set(`${t.meta.name}/${t.meta.incarnation}/${i}`, p.lastTag);
+      p.dropReadAhead();
       await p.log.close();
       await p.acks.close();
     }

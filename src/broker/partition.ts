@@ -14,6 +14,7 @@
 
 import assert from "node:assert/strict";
 import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
+import { READ_AHEAD_BYTES, READ_AHEAD_RECORDS, readAheadPool, type ReadAheadPool } from "./read-ahead.js";
 
 export interface Lease {
   tag: number;
@@ -119,10 +120,15 @@ export class Partition {
     readonly acks: AckLog,
     readonly epoch = 0,
     firstTag = 0,
+    pool: ReadAheadPool = readAheadPool,
   ) {
     this.cursor = Math.max(acks.floor, log.earliestOffset);
     this.tagSeq = firstTag >>> 0;
+    this.ahead = pool.window();
   }
+
+  /** Records read ahead of the cursor, for the consumes that follow (src/broker/read-ahead.ts). */
+  private readonly ahead;
 
   /** The last delivery tag issued. */
   get lastTag(): number {
@@ -293,12 +299,23 @@ export class Partition {
     for (const offset of this.returned.keys()) if (offset < earliest) this.returned.delete(offset);
     for (const offset of this.unreadable) if (offset < earliest) this.unreadable.delete(offset);
     if (this.cursor < earliest) this.cursor = earliest;
+    this.ahead.clear();
   }
 
-  /** Reads the records of taken leases; consecutive offsets share one read. */
+  /** Lets go of what this partition read ahead (it is being closed). */
+  dropReadAhead(): void {
+    this.ahead.clear();
+  }
+
+  /**
+   * Reads the records of taken leases; consecutive offsets share one read. A run that ends just
+   * below the cursor (fresh messages, handed out in offset order) reads ahead of it, and later
+   * runs are served from that window when it holds them.
+   */
   async readTaken(taken: readonly Taken[], maxBytes: number): Promise<Map<number, StoredRecord>> {
     const out = new Map<number, StoredRecord>();
     const offsets = taken.map((t) => t.offset).sort((a, b) => a - b);
+    const earliest = this.log.earliestOffset;
     let i = 0;
     while (i < offsets.length) {
       let j = i + 1;
@@ -306,6 +323,20 @@ export class Partition {
       const last = offsets[j - 1]!;
       let from = offsets[i]!;
       while (from <= last) {
+        const near = this.ahead.get(from);
+        if (near !== undefined && from >= earliest) {
+          out.set(from, near);
+          from++;
+          continue;
+        }
+        if (last === this.cursor - 1 && last - from + 1 < READ_AHEAD_RECORDS) {
+          const upTo = Math.min(from + READ_AHEAD_RECORDS, this.log.syncedOffset);
+          const recs = await this.log.read(from, upTo - from, Math.min(maxBytes, READ_AHEAD_BYTES));
+          if (recs.length === 0) break;
+          this.ahead.fill(recs);
+          if (this.ahead.get(from) === undefined) from = recs[0]!.offset; // unreadable ones were skipped
+          continue;
+        }
         const recs = await this.log.read(from, last - from + 1, maxBytes);
         if (recs.length === 0) break;
         for (const r of recs) if (r.offset >= from && r.offset <= last) out.set(r.offset, r);

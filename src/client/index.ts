@@ -9,6 +9,7 @@ export {
   type ConsumeOptions,
   type ConsumeBatchOptions,
   type MessagesOptions,
+  type ProcessOptions,
   type AutoExtendOptions,
   type ReplayOptions,
 } from "./narad.js";

@@ -131,6 +131,11 @@ export interface ConsumeOptions {
   waitMs?: number;
   /** Aborting ends the wait with a NaradAmbiguousError (`aborted`). */
   signal?: AbortSignal;
+  /**
+   * A receipt handle of this topic to ack in the same request, before leasing the next message:
+   * one round trip a message instead of two. consume() only.
+   */
+  ack?: string;
 }
 
 export interface ConsumeBatchOptions extends ConsumeOptions {
@@ -149,6 +154,21 @@ export interface MessagesOptions {
   signal?: AbortSignal;
   /** Consecutive retryable failures (429, 503, network) before the iterator throws. Default 30. */
   maxConsecutiveErrors?: number;
+}
+
+export interface ProcessOptions {
+  /** Long poll of each consume; default 20 000 (the most the server allows). */
+  waitMs?: number;
+  /** Aborting ends the loop: the last handled message is acked, and process() resolves. */
+  signal?: AbortSignal;
+  /** Consecutive retryable failures (429, 503, network) before process() throws. Default 30. */
+  maxConsecutiveErrors?: number;
+  /**
+   * Told of a handler that threw (its message was nacked) and of an ack the server refused
+   * (NaradGoneError: the lease lapsed first, so the message may come back). Without it, either
+   * ends the loop: process() rejects with that error.
+   */
+  onError?: (err: unknown, message: Message) => void | Promise<void>;
 }
 
 export interface AutoExtendOptions {
@@ -332,11 +352,16 @@ export class Narad {
    * within `waitMs`. Throws NaradRequestError `topic_not_found` (404), `too_many_waiters` (429).
    * A NaradAmbiguousError may have leased a message nobody will see: it comes back after the
    * visibility timeout. Retrying is always safe.
+   *
+   * With `ack`, that handle is acked first: when the ack is refused (NaradGoneError 410, or
+   * NaradRequestError `invalid_receipt_handle` 400) nothing was leased; after a NaradAmbiguousError
+   * the ack may have happened too (send it again: a 410 then may mean the first one worked).
    */
   async consume(topic: string, opts: ConsumeOptions = {}): Promise<Message | null> {
     const waitMs = opts.waitMs ?? 0;
-    const tp = this.#topicPath(topic);
-    const path = waitMs > 0 ? `${tp}/consume?wait_ms=${waitMs}` : `${tp}/consume`;
+    let path = `${this.#topicPath(topic)}/consume`;
+    if (waitMs > 0) path += `?wait_ms=${waitMs}`;
+    if (opts.ack !== undefined) path += `${waitMs > 0 ? "&" : "?"}ack=${encodeURIComponent(opts.ack)}`;
     const res = await this.#call("POST", path, this.#hNone, undefined, "consume", waitMs, opts.signal);
     if (res.statusCode === 204) {
       await res.body.dump();
@@ -477,6 +502,59 @@ export class Narad {
         // Best effort: if this fails the leases simply lapse after the visibility timeout.
         await this.ackBatch(topic, rest.map((m) => m.receiptHandle), { extend: 0 }).catch(() => undefined);
       }
+    }
+  }
+
+  /**
+   * Runs `handler` on each message of the topic, one at a time, until `signal` aborts. A message
+   * whose handler resolves is acked by the next consume (`ack` of consume(): one request a
+   * message); one whose handler throws is nacked, so it is available again at once. Handlers
+   * should finish within the topic's visibility timeout (slower ones: messages() and
+   * autoExtend()). Retryable failures are retried with backoff as in messages(); a definite error
+   * (404, 401, 403, 400) rejects. See `onError` for handler failures and refused acks. Resolves
+   * once aborted, after acking the last handled message.
+   */
+  async process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
+    const waitMs = opts.waitMs ?? LIMITS.waitMsMax;
+    const errorsMax = opts.maxConsecutiveErrors ?? MESSAGES_ERRORS_MAX_DEFAULT;
+    const signal = opts.signal ?? new AbortController().signal;
+    const fail = async (err: unknown, m: Message) => {
+      if (opts.onError === undefined) throw err;
+      await opts.onError(err, m);
+    };
+    let done: Message | undefined; // handled, not yet acked
+    let errors = 0;
+    try {
+      while (!signal.aborted) {
+        let m: Message | null;
+        try {
+          m = await this.consume(topic, { waitMs, signal, ack: done?.receiptHandle });
+          done = undefined;
+          errors = 0;
+        } catch (err) {
+          if (signal.aborted) return;
+          if (done !== undefined && isRefusedAck(err)) {
+            const m = done;
+            done = undefined;
+            await fail(err, m);
+            continue;
+          }
+          if (!isRetryable(err) || ++errors > errorsMax) throw err;
+          await sleep(backoffMs(errors, err), signal);
+          continue;
+        }
+        if (m === null) continue;
+        try {
+          await handler(m, signal);
+          done = m;
+        } catch (err) {
+          await m.nack().catch(() => undefined); // if this fails the lease lapses on its own
+          await fail(err, m);
+        }
+      }
+    } finally {
+      // Best effort: after an aborted consume the ack may have landed already (then this is a 410).
+      if (done !== undefined) await this.ack(topic, done.receiptHandle).catch(() => undefined);
     }
   }
 
@@ -752,6 +830,11 @@ async function readJsonOrNull(res: Dispatcher.ResponseData): Promise<unknown> {
   } catch {
     return null;
   }
+}
+
+/** An ack the server refused: the handle is not the live lease, or not a handle of this topic. */
+function isRefusedAck(err: unknown): boolean {
+  return err instanceof NaradGoneError || (err instanceof NaradRequestError && err.code === "invalid_receipt_handle");
 }
 
 function isRetryable(err: unknown): err is NaradClientError {

@@ -318,6 +318,11 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
+    // ?ack=H: ack the previous delivery first, in the same round trip (JetStream's AckNext). A
+    // refused ack answers as the ack would have and leases nothing.
+    const ackHandle = q.get("ack");
+    if (ackHandle === "") throw new NaradError("invalid_receipt_handle", "?ack= names no receipt handle.");
+    if (ackHandle !== null) await ack(topic, ackHandle, "ack", ctx);
     const [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
     if (d === undefined) return sendEmpty(res, 204);
     const r = d.record;
@@ -364,15 +369,18 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   };
 
   // ---- ack, extend, nack -----------------------------------------------------------------------
+  /** Settles one handle; throws the error the ack answers with when it is refused. */
+  const ack = async (topic: string, handle: string, action: SettleAction, ctx: Ctx): Promise<void> => {
+    const [outcome] = await svc.settle(topic, [handle], action, ctx.req);
+    if (outcome instanceof NaradError) throw outcome;
+    if (outcome !== 204) throw new NaradError(outcome === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
+  };
   on("POST", "/v1/topics/:topic/ack", "consume", async (_req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const handle = q.get("receipt_handle");
     if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
-    const action = settleAction(q.get("extend"));
-    const [outcome] = await svc.settle(topic, [handle], action, ctx.req);
-    if (outcome instanceof NaradError) throw outcome;
-    if (outcome === 204) return sendEmpty(res, 204);
-    throw new NaradError(outcome === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
+    await ack(topic, handle, settleAction(q.get("extend")), ctx);
+    sendEmpty(res, 204);
   });
   on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
