@@ -1,6 +1,8 @@
-// The contract suite against one node started with --dev.
+// The contract suite against one node started with --dev, and the limits that need a node of their own.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
 import { defineContractSuite } from "./contract-suite.js";
-import { removeDir, startNode } from "./harness.js";
+import { removeDir, startNode, waitFor, type RunningNode } from "./harness.js";
 
 defineContractSuite("single node", async () => {
   const node = await startNode();
@@ -11,4 +13,48 @@ defineContractSuite("single node", async () => {
       await removeDir(node.dataDir);
     },
   };
+});
+
+describe("limits.long_polls", () => {
+  let node: RunningNode;
+  before(async () => {
+    node = await startNode({ env: { NARAD_LIMITS_LONG_POLLS: "1" } });
+  });
+  after(async () => {
+    await node?.stop();
+    if (node) await removeDir(node.dataDir);
+  });
+
+  test("past the bound a long poll is 429 with Retry-After; a consume?ack= refused so answers 204 with the ack done", async () => {
+    const post = (path: string, init: RequestInit = {}) => fetch(node.url + path, { method: "POST", ...init });
+    for (const name of ["busy", "idle"]) {
+      const r = await post("/v1/topics", { body: JSON.stringify({ name, partitions: 1 }), headers: { "content-type": "application/json" } });
+      assert.equal(r.status, 201);
+    }
+    assert.equal((await post("/v1/topics/busy/messages", { body: "a" })).status, 202);
+    const first = await post("/v1/topics/busy/consume");
+    assert.equal(first.status, 200);
+    const handle = first.headers.get("narad-receipt-handle")!;
+
+    // One long poll waits on the empty topic: the bound is reached.
+    const ac = new AbortController();
+    const waiting = post("/v1/topics/idle/consume?wait_ms=20000", { signal: ac.signal }).catch(() => null);
+    await waitFor(async () => /^narad_long_polls_waiting 1$/m.test(await (await fetch(`${node.url}/metrics`)).text()), { what: "the long poll to wait" });
+
+    const refused = await post("/v1/topics/busy/consume?wait_ms=1000");
+    assert.equal(refused.status, 429);
+    assert.equal(refused.headers.get("retry-after"), "1");
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "too_many_waiters");
+    assert.equal((await post("/v1/topics/busy/consume")).status, 204, "a consume that does not wait is not bounded");
+
+    // The ack rides on a consume that would have to wait: the ack is done, nothing is leased.
+    const acking = await post(`/v1/topics/busy/consume?wait_ms=1000&ack=${encodeURIComponent(handle)}`);
+    assert.equal(acking.status, 204);
+    assert.equal((await post(`/v1/topics/busy/ack?receipt_handle=${encodeURIComponent(handle)}`)).status, 410, "the ack took effect");
+
+    ac.abort();
+    await waiting;
+    await waitFor(async () => /^narad_long_polls_waiting 0$/m.test(await (await fetch(`${node.url}/metrics`)).text()), { what: "the aborted poll to stop waiting" });
+    assert.equal((await post("/v1/topics/busy/consume?wait_ms=10")).status, 204, "below the bound again");
+  });
 });

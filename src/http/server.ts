@@ -319,11 +319,19 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const topic = topicParam(p);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
     // ?ack=H: ack the previous delivery first, in the same round trip (JetStream's AckNext). A
-    // refused ack answers as the ack would have and leases nothing.
+    // refused ack answers as the ack would have and leases nothing. Once the ack took effect, a
+    // consume refused for certain (429 too many waiters, 503) answers 204: the ack is done and
+    // nothing was leased, which a definite error would deny. An ambiguous one stays ambiguous.
     const ackHandle = q.get("ack");
     if (ackHandle === "") throw new NaradError("invalid_receipt_handle", "?ack= names no receipt handle.");
     if (ackHandle !== null) await ack(topic, ackHandle, "ack", ctx);
-    const [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
+    let d: Delivery | undefined;
+    try {
+      [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
+    } catch (e) {
+      if (ackHandle !== null && e instanceof NaradError && e.definite) return sendEmpty(res, 204);
+      throw e;
+    }
     if (d === undefined) return sendEmpty(res, 204);
     const r = d.record;
     const headers = [
