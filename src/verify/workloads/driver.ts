@@ -42,7 +42,7 @@ import { check, type Report, type Verdict } from "../checker/index.js";
 import { renderHtml, renderJson } from "../report/index.js";
 import { DEFAULTS } from "../../protocol/wire.js";
 import { Lane, type OpRecorder } from "./ops.js";
-import type { CompletionType, ConsumerMix, DriverMessage, FaultSchedule, OpF, TopicSpec, WorkerMessage, WorkerSpec, RoleSpec } from "./protocol.js";
+import { ackProcess, type CompletionType, type ConsumerMix, type DriverMessage, type FaultSchedule, type OpF, type TopicSpec, type WorkerMessage, type WorkerSpec, type RoleSpec } from "./protocol.js";
 import { auditTopic, deriveSeed, drainTopic } from "./roles.js";
 import { RunTracker, type TrackerCounts } from "./tracker.js";
 import { WORKLOADS, type ChildProfile, type WorkloadName, type WorkloadProfile } from "./workloads.js";
@@ -886,7 +886,7 @@ function spawnWorker(spec: WorkerSpec, record: Recorder, writer: () => HistoryWr
   };
   child.stdout!.on("data", keep);
   child.stderr!.on("data", keep);
-  const mine = new Set(spec.processes);
+  const mine = new Set(spec.processes.flatMap((p) => [p, ackProcess(p)]));
   let resolveReady!: () => void;
   const ready = new Promise<void>((r) => (resolveReady = r));
   let stopped = false;

@@ -21,7 +21,7 @@
 //   invoke line is written, and `complete` is called after the whole answer has been read.
 
 import { Client } from "undici";
-import type { CompletionType, Credentials, OpF } from "./protocol.js";
+import { ackProcess, type CompletionType, type Credentials, type OpF } from "./protocol.js";
 
 export interface OpRecorder {
   /** Records the invoke; resolves when the request may be sent. */
@@ -208,27 +208,67 @@ export class Lane {
   async consume(topic: string, waitMs: number): Promise<Outcome & { delivery: Delivery | null }> {
     let delivery: Delivery | null = null;
     const out = await this.op("consume", { topic }, async () => {
-      const a = await this.send("POST", `/v1/topics/${encodeURIComponent(topic)}/consume?wait_ms=${waitMs}`, null, waitMs);
-      if (a.status === 204) return { type: "ok", value: { topic, msg: null }, status: 204 };
-      if (a.status !== 200) return Lane.otherStatus(a);
-      const handle = header(a.headers, "narad-receipt-handle");
-      const partition = intHeader(a.headers, "narad-partition");
-      const offset = intHeader(a.headers, "narad-offset");
-      const deliveryCount = intHeader(a.headers, "narad-delivery-count");
-      // The lease holder: the partition's owner. On one node it is the node that answered.
-      const node = header(a.headers, "narad-owner") ?? header(a.headers, "narad-node");
-      const boot = header(a.headers, "narad-owner-boot") ?? header(a.headers, "narad-boot");
-      if (handle === null || partition === null || offset === null || node === null || boot === null) {
-        // A lease may exist, but the answer cannot name it: ambiguous.
-        return { type: "info", value: { status: 200, error: "200 without the delivery headers" }, status: 200 };
-      }
-      const msg = decodePayload(a.body);
-      delivery = { msg, partition, offset, handle, deliveryCount: deliveryCount ?? 0 };
-      const value: Record<string, unknown> = { topic, msg, partition, offset, delivery: handle, node, boot };
-      if (deliveryCount !== null) value["delivery_count"] = deliveryCount;
-      return { type: "ok", value, status: 200 };
+      const c = Lane.consumeAnswer(topic, await this.send("POST", `/v1/topics/${encodeURIComponent(topic)}/consume?wait_ms=${waitMs}`, null, waitMs));
+      delivery = c.delivery;
+      return c;
     });
     return { ...out, delivery };
+  }
+
+  /**
+   * `consume?ack=H`: the ack of `d` rides on this consume (docs/api.md). Recorded as two
+   * operations, the ack on the lane's ack process (ackProcess) and the consume on the lane's own,
+   * both invoked before the request leaves and completed by its one answer, so each recorded
+   * interval contains the real one (protocol.ts). A 410 or a definite refusal leased nothing: the
+   * consume fails; so does an ack refused for certain.
+   */
+  async consumeAcking(topic: string, waitMs: number, d: Delivery): Promise<{ ack: Outcome; consume: Outcome; delivery: Delivery | null }> {
+    const ackP = ackProcess(this.process);
+    await this.recorder.invoke(ackP, "ack", { topic, msg: d.msg, delivery: d.handle });
+    await this.recorder.invoke(this.process, "consume", { topic });
+    let ack: Outcome;
+    let consume: Outcome & { delivery: Delivery | null };
+    try {
+      const path = `/v1/topics/${encodeURIComponent(topic)}/consume?wait_ms=${waitMs}&ack=${encodeURIComponent(d.handle)}`;
+      const a = await this.send("POST", path, null, waitMs);
+      if (a.status === 200 || a.status === 204) {
+        ack = { type: "ok", value: { status: 204 }, status: a.status };
+        consume = Lane.consumeAnswer(topic, a);
+      } else if (a.status === 410) {
+        ack = { type: "info", value: { status: 410 }, status: 410 };
+        consume = { type: "fail", value: { status: 410 }, status: 410, delivery: null };
+      } else {
+        ack = Lane.otherStatus(a);
+        consume = { ...ack, delivery: null };
+      }
+    } catch (e) {
+      ack = { type: "info", value: { error: errorText(e) }, status: null };
+      consume = { ...ack, delivery: null };
+    }
+    this.recorder.complete(ackP, ack.type, ack.value);
+    this.recorder.complete(this.process, consume.type, consume.value);
+    return { ack, consume, delivery: consume.delivery };
+  }
+
+  /** A consume's answer in history terms; `delivery` is set when a message was leased. */
+  private static consumeAnswer(topic: string, a: Answer): Outcome & { delivery: Delivery | null } {
+    if (a.status === 204) return { type: "ok", value: { topic, msg: null }, status: 204, delivery: null };
+    if (a.status !== 200) return { ...Lane.otherStatus(a), delivery: null };
+    const handle = header(a.headers, "narad-receipt-handle");
+    const partition = intHeader(a.headers, "narad-partition");
+    const offset = intHeader(a.headers, "narad-offset");
+    const deliveryCount = intHeader(a.headers, "narad-delivery-count");
+    // The lease holder: the partition's owner. On one node it is the node that answered.
+    const node = header(a.headers, "narad-owner") ?? header(a.headers, "narad-node");
+    const boot = header(a.headers, "narad-owner-boot") ?? header(a.headers, "narad-boot");
+    if (handle === null || partition === null || offset === null || node === null || boot === null) {
+      // A lease may exist, but the answer cannot name it: ambiguous.
+      return { type: "info", value: { status: 200, error: "200 without the delivery headers" }, status: 200, delivery: null };
+    }
+    const msg = decodePayload(a.body);
+    const value: Record<string, unknown> = { topic, msg, partition, offset, delivery: handle, node, boot };
+    if (deliveryCount !== null) value["delivery_count"] = deliveryCount;
+    return { type: "ok", value, status: 200, delivery: { msg, partition, offset, handle, deliveryCount: deliveryCount ?? 0 } };
   }
 
   async settle(topic: string, d: Delivery, action: SettleAction): Promise<Outcome> {

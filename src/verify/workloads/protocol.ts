@@ -19,6 +19,15 @@
 import type { InjectedFaultKind } from "../nemesis/index.js";
 
 export type OpF = "produce" | "consume" | "ack" | "extend" | "nack" | "replay";
+
+/**
+ * The history process of the acks a lane sends riding on its consumes (`consume?ack=H`): the ack
+ * and the consume are one request, so they are two operations at once, and a process has one at a
+ * time. Every lane owns its own and this one.
+ */
+export function ackProcess(lane: string): string {
+  return `${lane}/ack`;
+}
 export type CompletionType = "ok" | "fail" | "info";
 
 /** Driver → worker. */

@@ -1,4 +1,5 @@
-// What each lane does: produce, consume (with a mix of ack, nack, extend, slow ack and lapse),
+// What each lane does: produce, consume (with a mix of ack, nack, extend, slow ack and lapse; half
+// the acks at once ride on the next consume, consume?ack=H),
 // probe leases, replay, drain and audit. The same code runs in worker processes (recording over
 // IPC) and in the driver (drain and audit, recording directly).
 //
@@ -21,7 +22,7 @@
 
 import { Prng } from "../nemesis/index.js";
 import { encodePayload, type Delivery, type Lane } from "./ops.js";
-import type { ConsumerMix, ConsumerSpec, ProberSpec, ProducerSpec, ReplayerSpec, TopicSpec } from "./protocol.js";
+import type { CompletionType, ConsumerMix, ConsumerSpec, ProberSpec, ProducerSpec, ReplayerSpec, TopicSpec } from "./protocol.js";
 
 /** Stop flag with sleeps that end early once it is raised. */
 export class Stopper {
@@ -178,6 +179,8 @@ export function pickBehaviour(prng: Prng, mix: ConsumerMix): Behaviour {
 
 /** Deliveries one consumer lane holds (slow acks, extends) at most; at the limit it stops consuming. */
 export const HELD_MAX = 16;
+/** Share of the "ack at once" deliveries whose ack rides on the lane's next consume (consume?ack=H). */
+export const RIDING_ACK_SHARE = 0.5;
 
 interface Held {
   d: Delivery;
@@ -209,15 +212,34 @@ export async function runConsumer(lane: Lane, spec: ConsumerSpec, prng: Prng, st
       }
     }
   };
+  // An ack that rides on the next consume (consume?ack=H): acked in the same request that leases
+  // the next message. Sent on its own before any pause, so "ack at once" stays at once.
+  let riding: Delivery | null = null;
+  const ackRiding = async (): Promise<void> => {
+    if (riding === null) return;
+    const d = riding;
+    riding = null;
+    await lane.settle(spec.topic, d, "ack");
+  };
   for (let i = 0; i < opsMax && !stopper.stopping; i++) {
     await settleDue(false);
     if (held.length >= HELD_MAX) {
+      await ackRiding();
       await stopper.sleep(held[0]!.dueMs - performance.now());
       continue;
     }
     // Never wait past the next due settle.
     const untilDueMs = held.length > 0 ? Math.max(0, Math.floor(held[0]!.dueMs - performance.now())) : spec.waitMs;
-    const c = await lane.consume(spec.topic, Math.min(spec.waitMs, untilDueMs));
+    const waitMs = Math.min(spec.waitMs, untilDueMs);
+    let c: { type: CompletionType; delivery: Delivery | null };
+    if (riding !== null) {
+      const d: Delivery = riding;
+      riding = null;
+      const r = await lane.consumeAcking(spec.topic, waitMs, d);
+      c = { type: r.consume.type, delivery: r.delivery };
+    } else {
+      c = await lane.consume(spec.topic, waitMs);
+    }
     const jitter = prng.next();
     if (c.delivery === null) {
       if (c.type !== "ok") await stopper.sleep(Math.min(backoffMs(prng, failures++), held.length > 0 ? held[0]!.dueMs - performance.now() : Infinity));
@@ -227,7 +249,9 @@ export async function runConsumer(lane: Lane, spec: ConsumerSpec, prng: Prng, st
     const d: Delivery = c.delivery;
     switch (pickBehaviour(prng, spec.mix)) {
       case "ack":
-        await lane.settle(spec.topic, d, "ack");
+        // Half of them ride on the next consume (the draw is the jitter holds use; acks hold none).
+        if (jitter < RIDING_ACK_SHARE) riding = d;
+        else await lane.settle(spec.topic, d, "ack");
         break;
       case "nack":
         await lane.settle(spec.topic, d, "nack");
@@ -247,6 +271,7 @@ export async function runConsumer(lane: Lane, spec: ConsumerSpec, prng: Prng, st
         break;
     }
   }
+  await ackRiding();
   await settleDue(true);
 }
 
