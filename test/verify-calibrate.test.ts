@@ -31,7 +31,7 @@ describe("verify calibrate", { timeout: 480_000 }, () => {
     );
     // The seeded bugs the verification toolkit must catch (issue 3), and those of child topics (issue 6).
     const bugs = new Set(rows.map((r) => r.case.bug).filter((b): b is string => b !== null));
-    for (const b of ["acks-not-persisted", "ack-before-fsync", "store-on-429", "early-lapse", "nack-drops", "accept-replaced-handle", "replay-skip", "redeliver-acked", "child-skip-on-failure", "delay-early-after-restart"]) {
+    for (const b of ["acks-not-persisted", "ack-before-fsync", "store-on-429", "early-lapse", "nack-drops", "accept-replaced-handle", "replay-skip", "redeliver-acked", "child-skip-on-failure", "delay-early-after-restart", "copy-cursors-not-persisted"]) {
       assert.ok(bugs.has(b), `no calibration row for ${b}`);
     }
   });

@@ -276,6 +276,7 @@ export class Broker {
         ackSyncIntervalMs: o.ackSyncIntervalMs,
         powerLoss: o.powerLoss,
         logger,
+        periodicFlush: !o.bugs.has("copy-cursors-not-persisted"), // seeded bug
       });
       // A link without a cursor here means the partition was added after the attach: every
       // record in it was produced after the attach, so copying starts at its beginning.

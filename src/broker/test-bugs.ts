@@ -14,6 +14,7 @@ export const TEST_BUGS = {
   "redeliver-acked": "one in five first-delivery acks answers 204 but returns the message",
   "child-skip-on-failure": "a copy to a child that fails (its owner or cluster is down) is skipped, not retried",
   "delay-early-after-restart": "a delay child copies records committed before the restart without waiting for the delay",
+  "copy-cursors-not-persisted": "child copy cursors reach the disk only on attach and graceful stop, so a kill makes children copy everything again",
 } as const;
 
 export type TestBugName = keyof typeof TEST_BUGS;

@@ -31,6 +31,11 @@ export interface CursorFileOptions {
   ackSyncIntervalMs: number;
   powerLoss: boolean;
   logger: Logger;
+  /**
+   * TEST ONLY, false for the seeded bug copy-cursors-not-persisted: advanced cursors are not
+   * written every ackFlushIntervalMs, only on attach (setNow) and close. Default true.
+   */
+  periodicFlush?: boolean;
 }
 
 export class CursorFile {
@@ -47,7 +52,9 @@ export class CursorFile {
     private readonly fd: number,
     private readonly opts: CursorFileOptions,
   ) {
-    this.flushTimer = setInterval(() => this.flush(), opts.ackFlushIntervalMs);
+    this.flushTimer = setInterval(() => {
+      if (opts.periodicFlush !== false) this.flush();
+    }, opts.ackFlushIntervalMs);
     this.flushTimer.unref();
     this.syncTimer = setInterval(() => void this.sync(), opts.ackSyncIntervalMs);
     this.syncTimer.unref();

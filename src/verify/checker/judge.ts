@@ -125,6 +125,8 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   /** Per child topic: its parent (-1 for a topic that is no child), and the remote cluster's nodes it lists. */
   const parentOf = new Int32Array(nTopics).fill(-1);
   const viaNodesOf: number[][] = Array.from({ length: nTopics }, () => []);
+  /** Per child path: how long its copier may wait for a copy's answer (the path's copy_timeout_ms, else the config's, else ack_flush_ms). */
+  const answerNsOf = new Float64Array(nTopics).fill((cfg.copy_timeout_ms ?? cfg.ack_flush_ms) * MS);
   const splitBatches = new Uint8Array(nTopics);
   for (const [parent, list] of Object.entries(children)) {
     const p = run.topics.find(parent);
@@ -134,6 +136,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
       parentOf[t] = p;
       if (c.kind === "delay") delayNs[t] = (c.delay_ms ?? 0) * MS;
       for (const n of c.nodes ?? []) viaNodesOf[t]!.push(run.nodes.find(n));
+      if (c.copy_timeout_ms !== undefined) answerNsOf[t] = c.copy_timeout_ms * MS;
       // A copy batch may go to several owners of the child's partitions, except for a replica.
       if (c.kind !== "replica") splitBatches[t] = 1;
     }
@@ -483,7 +486,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
       produceInvNs: ops.invNs[curProduce]!,
       parentOwner: ops.outcome[curProduce] === O_OK ? ops.node[curProduce]! : -1,
       viaNodes: viaNodesOf[curTopic]!,
-      answerNs: (cfg.copy_timeout_ms ?? cfg.ack_flush_ms) * MS,
+      answerNs: answerNsOf[curTopic]!,
     });
     if (plan === null) return false;
     const a0 = pairStart[curPair]!;

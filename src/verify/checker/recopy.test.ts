@@ -25,6 +25,8 @@ interface Scenario {
   at?: [[number, number], [number, number]];
   /** The config's copy_timeout_ms (left out by default). */
   copyTimeoutMs?: number;
+  /** The child's own copy_timeout_ms (left out by default). */
+  childCopyTimeoutMs?: number;
 }
 
 /**
@@ -34,7 +36,12 @@ interface Scenario {
  */
 function scenario(o: Scenario = {}) {
   const kind = o.kind ?? "fanout";
-  const child = { topic: "c", kind, ...(o.viaNodes !== undefined ? { nodes: o.viaNodes } : {}) };
+  const child = {
+    topic: "c",
+    kind,
+    ...(o.viaNodes !== undefined ? { nodes: o.viaNodes } : {}),
+    ...(o.childCopyTimeoutMs !== undefined ? { copy_timeout_ms: o.childCopyTimeoutMs } : {}),
+  };
   const b = new HistoryBuilder({
     topics: { t: { partitions: 1 }, c: { partitions: 2 } },
     children: { t: [child] },
@@ -124,6 +131,14 @@ test("with copy_timeout_ms in the config, the copier's answer may come that much
   explainedBy(scenario({ ...late, copyTimeoutMs: 5_000 }));
   invalidAsDuplicate(scenario(late));
   invalidAsDuplicate(scenario({ ...late, copyTimeoutMs: 5_000, fault: { kind: "kill", node: "n1", atMs: 21 + 5_000 + 100 + 51 } }));
+});
+
+test("a child's own copy_timeout_ms overrides the config's for its path, both ways", () => {
+  const late = { copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 21 + 5_000 + 100 + 50 }, recopyAtMs: 9_000 };
+  explainedBy(scenario({ ...late, childCopyTimeoutMs: 5_000 }));
+  // A local child on one node: its copies are appends, so a wide window elsewhere must not widen its own.
+  invalidAsDuplicate(scenario({ ...late, copyTimeoutMs: 10_000, childCopyTimeoutMs: 100 }));
+  explainedBy(scenario({ ...late, copyTimeoutMs: 100, childCopyTimeoutMs: 5_000 }));
 });
 
 test("re-copy explained: a power loss of the parent's owner within ack_sync_ms + ack_flush_ms, not after", () => {

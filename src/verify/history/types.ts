@@ -56,6 +56,12 @@ export interface ChildConfig {
    * that owns the copy's partition.
    */
   nodes?: string[];
+  /**
+   * Optional: the longest the copier waits for the answer to a copy sent to this child (a push to
+   * the remote cluster, a forward to an owner of the child's partitions). Overrides the config's
+   * copy_timeout_ms for this path (the checker's re-copy rule).
+   */
+  copy_timeout_ms?: number;
 }
 
 export interface TopicConfig {

@@ -130,6 +130,7 @@ function validateConfig(value: Record<string, unknown>): void {
       const kind = c["kind"];
       if (typeof kind !== "string" || !CHILD_KINDS.has(kind)) problem(`${w}: unknown child kind ${describe(kind)}`);
       optNumber(c, "delay_ms", w, 0);
+      optNumber(c, "copy_timeout_ms", w, 0);
       if (kind === "delay" && c["delay_ms"] === undefined) problem(`${w}: delay child ${JSON.stringify(topic)} has no delay_ms`);
       const nodes = c["nodes"];
       if (nodes !== undefined && !(Array.isArray(nodes) && nodes.every((n) => typeof n === "string" && n.length > 0))) {

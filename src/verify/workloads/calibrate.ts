@@ -23,8 +23,11 @@
 //     remote node are killed in the quiet window after a burst; the next burst is produced while
 //     the remote node is down (child-skip-on-failure drops those copies: `lost` on the remote
 //     path), and the parent's owner is back while the first burst's delay copies still wait
-//     (delay-early-after-restart makes them at once: `early-delivery`). Its precondition: both
-//     kills happened, with evidence, and both nodes were started again.
+//     (delay-early-after-restart makes them at once: `early-delivery`), and the parent's owner
+//     comes back copying the first burst again (copy-cursors-not-persisted: its cursors were never
+//     written, so the copies already delivered and acked come twice, long before the kill: a
+//     `duplicate-after-ack` no fault's window explains). Its precondition: both kills happened,
+//     with evidence, and both nodes were started again.
 // Runs are sequential: on two cores, two runs at once would mostly measure each other.
 
 import { join } from "node:path";
@@ -145,6 +148,7 @@ export const CALIBRATION_CASES: readonly CalibrationCase[] = [
   row("children", null, null),
   row("children", "child-skip-on-failure", "lost"),
   row("children", "delay-early-after-restart", "early-delivery"),
+  row("children", "copy-cursors-not-persisted", "duplicate-after-ack"),
 ];
 
 export interface CalibrationRow {

@@ -439,10 +439,8 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     ack_sync_ms: run.ackSyncMs,
     visibility_timeout_ms: profile.visibilityTimeoutMs,
     // The longest a copier waits for the answer to a copy sent to another node (the checker's
-    // re-copy rule): a push to the remote cluster, a forward to a child partition's owner.
-    ...(profile.children.length > 0 && (run.remote || run.nodes > 1)
-      ? { copy_timeout_ms: Math.max(run.remote ? REMOTE_PUSH_TIMEOUT_MS : 0, run.nodes > 1 ? FORWARD_TIMEOUT_MS : 0) }
-      : {}),
+    // re-copy rule), per child below: a push to the remote cluster, a forward to a child
+    // partition's owner. On one node a local child's copy is an append: none.
     topics: Object.fromEntries(run.topics.map((t) => [t.name, { partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }])),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
@@ -456,6 +454,7 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
               ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}),
               // The other cluster's nodes: a push may pass through any of them (the checker's re-copy rule).
               ...(c.kind === "remote" ? { nodes: Array.from({ length: run.remoteNodes }, (_, i) => `r${i + 1}`) } : {}),
+              ...(c.kind === "remote" ? { copy_timeout_ms: REMOTE_PUSH_TIMEOUT_MS } : run.nodes > 1 ? { copy_timeout_ms: FORWARD_TIMEOUT_MS } : {}),
             })),
           },
     run: {
