@@ -12,7 +12,7 @@ export {
   type AutoExtendOptions,
   type ReplayOptions,
 } from "./narad.js";
-export { NaradClientError, NaradRequestError, NaradGoneError, NaradAmbiguousError, NaradConnectionError } from "./errors.js";
+export { NaradClientError, NaradRequestError, NaradGoneError, NaradAmbiguousError, NaradPartialBatchError, NaradConnectionError } from "./errors.js";
 export type {
   NaradOptions,
   Topic,
@@ -29,5 +29,5 @@ export type {
   Grant,
   GrantAction,
 } from "./types.js";
-export { ERRORS, type ErrorCode } from "../protocol/errors.js";
+export { ERRORS, type ErrorCode, type BatchItemResult } from "../protocol/errors.js";
 export { LIMITS, DEFAULTS } from "../protocol/wire.js";
