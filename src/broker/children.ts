@@ -18,9 +18,10 @@
 //
 // A copy that failed in part (a remote push whose messages went to several owners of the other
 // cluster, and only some stored theirs: the sink throws CopyPartlyStored) is sent again without
-// the records known stored: the copier keeps their offsets, in memory, until the cursor passes
-// them. The cursor still moves only once every record of the batch is durable on the child. A
-// restart forgets those offsets and copies the whole batch again (the kill case above).
+// the records known stored, at once the first time, then with the back-off: the copier keeps
+// their offsets, in memory, until the cursor passes them. The cursor still moves only once every
+// record of the batch is durable on the child. A restart forgets those offsets and copies the
+// whole batch again (the kill case above).
 //
 // Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round, so the offsets
 // kept per child as stored are at most one batch's; remote pushes back off exponentially from
@@ -183,6 +184,7 @@ export class PartitionCopier {
         nextWakeMs = Math.min(nextWakeMs, st.retryAtMono - now);
         continue;
       }
+      let restSent = false;
       for (let rounds = 0; rounds < 64 && !this.closed; rounds++) {
         let cursor = this.cursors.get(link.topic);
         if (cursor === undefined) break; // detached meanwhile
@@ -212,15 +214,24 @@ export class PartitionCopier {
             if (send.length > 0) await this.sink(link, send);
           } catch (e) {
             st.failures++;
-            if (e instanceof CopyPartlyStored) for (const o of e.storedOffsets) st.stored.add(o);
             if (this.bugs.has("child-skip-on-failure")) {
               this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1); // seeded bug: drop them
               break;
             }
+            if (e instanceof CopyPartlyStored) {
+              for (const o of e.storedOffsets) st.stored.add(o);
+              this.log.warn({ child: link.topic, kind: link.kind, err: e.message, storedKept: st.stored.size }, "copy to child stored in part; sending the rest again");
+              // The rest goes again at once, once a round (the other cluster now routes it around
+              // the owner that failed), so a graceful stop seldom finds a batch half copied.
+              if (!restSent) {
+                restSent = true;
+                continue;
+              }
+            }
             st.backoffMs = Math.min(Math.max(100, st.backoffMs * 2), REMOTE_BACKOFF_MAX_MS);
             st.retryAtMono = this.clock.monoMs() + st.backoffMs;
             nextWakeMs = Math.min(nextWakeMs, st.backoffMs);
-            this.log.warn({ child: link.topic, kind: link.kind, err: (e as Error).message, retryInMs: st.backoffMs, storedKept: st.stored.size }, "copy to child failed; retrying");
+            this.log.warn({ child: link.topic, kind: link.kind, err: (e as Error).message, retryInMs: st.backoffMs }, "copy to child failed; retrying");
             break;
           }
           st.backoffMs = 0;
