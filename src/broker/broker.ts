@@ -29,8 +29,8 @@ import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, LIMITS, TOPIC_NAME_RE, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import { CursorFile } from "../storage/cursor-file.js";
-import { Narad } from "../client/index.js";
-import { PartitionCopier, REMOTE_PUSH_TIMEOUT_MS, type ChildLink } from "./children.js";
+import { Narad, NaradPartialBatchError } from "../client/index.js";
+import { CopyPartlyStored, PartitionCopier, REMOTE_PUSH_TIMEOUT_MS, type ChildLink } from "./children.js";
 import { openAckLog, openPartitionLog, writeFileAtomic } from "../storage/index.js";
 import type { Clock, StoredRecord } from "../storage/types.js";
 import { HandleCodec } from "./handles.js";
@@ -623,10 +623,16 @@ export class Broker {
         client = new Narad({ url: link.url!, user: link.credentials?.user, password: link.credentials?.password, requestTimeoutMs: REMOTE_PUSH_TIMEOUT_MS });
         this.remotes.set(id, client);
       }
-      await client.produceBatch(
-        link.topic,
-        records.map((r) => ({ key: r.key === null ? undefined : r.key.toString("utf8"), payload: r.payload })),
-      );
+      try {
+        await client.produceBatch(
+          link.topic,
+          records.map((r) => ({ key: r.key === null ? undefined : r.key.toString("utf8"), payload: r.payload })),
+        );
+      } catch (e) {
+        // Stored in part (its messages went to several owners there): the copier sends the rest again.
+        if (e instanceof NaradPartialBatchError) throw new CopyPartlyStored(records.filter((_, i) => e.results[i]!.status === "stored").map((r) => r.offset), e);
+        throw e;
+      }
       return;
     }
     if (this.opts.cluster !== undefined) {

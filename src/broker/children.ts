@@ -16,8 +16,16 @@
 // must not make a copy early. For records committed before this boot only the wall clock can
 // compare: their produce time + PRE_BOOT_COMMIT_MARGIN_MS.
 //
-// Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round; remote pushes
-// back off exponentially from 100 ms to REMOTE_BACKOFF_MAX_MS while the other cluster is down.
+// A copy that failed in part (a remote push whose messages went to several owners of the other
+// cluster, and only some stored theirs: the sink throws CopyPartlyStored) is sent again without
+// the records known stored, at once the first time, then with the back-off: the copier keeps
+// their offsets, in memory, until the cursor passes them. The cursor still moves only once every
+// record of the batch is durable on the child. A restart forgets those offsets and copies the
+// whole batch again (the kill case above).
+//
+// Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round, so the offsets
+// kept per child as stored are at most one batch's; remote pushes back off exponentially from
+// 100 ms to REMOTE_BACKOFF_MAX_MS while the other cluster is down.
 
 import type { Logger } from "pino";
 import type { CursorFile } from "../storage/cursor-file.js";
@@ -45,8 +53,22 @@ export interface ChildLink {
   credentials?: { user: string; password: string };
 }
 
-/** Delivers copies to one child; resolves once they are durable there. */
+/**
+ * Delivers copies to one child; resolves once they are durable there. When some of them are
+ * durable there and the others failed, it rejects with CopyPartlyStored.
+ */
 export type CopySink = (link: ChildLink, records: StoredRecord[]) => Promise<void>;
+
+/** A copy of which only some records are durable on the child: their parent offsets. */
+export class CopyPartlyStored extends Error {
+  constructor(
+    readonly storedOffsets: readonly number[],
+    cause: unknown,
+  ) {
+    super(`${storedOffsets.length} of the copies were stored, the others failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = "CopyPartlyStored";
+  }
+}
 
 interface LinkState {
   backoffMs: number;
@@ -55,6 +77,8 @@ interface LinkState {
   failures: number;
   /** Produce time of the oldest record not yet copied, when known. */
   pendingSinceMs: number | undefined;
+  /** Parent offsets at or past the cursor already durable on the child (a copy that failed in part). */
+  stored: Set<number>;
 }
 
 export class PartitionCopier {
@@ -152,7 +176,7 @@ export class PartitionCopier {
       if (this.closed) return;
       let st = this.state.get(link.topic);
       if (st === undefined) {
-        st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined };
+        st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined, stored: new Set() };
         this.state.set(link.topic, st);
       }
       const now = this.clock.monoMs();
@@ -160,6 +184,7 @@ export class PartitionCopier {
         nextWakeMs = Math.min(nextWakeMs, st.retryAtMono - now);
         continue;
       }
+      let restSent = false;
       for (let rounds = 0; rounds < 64 && !this.closed; rounds++) {
         let cursor = this.cursors.get(link.topic);
         if (cursor === undefined) break; // detached meanwhile
@@ -184,13 +209,24 @@ export class PartitionCopier {
           }
         }
         if (due.length > 0) {
+          const send = st.stored.size === 0 ? due : due.filter((r) => !st.stored.has(r.offset));
           try {
-            await this.sink(link, due);
+            if (send.length > 0) await this.sink(link, send);
           } catch (e) {
             st.failures++;
             if (this.bugs.has("child-skip-on-failure")) {
               this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1); // seeded bug: drop them
               break;
+            }
+            if (e instanceof CopyPartlyStored) {
+              for (const o of e.storedOffsets) st.stored.add(o);
+              this.log.warn({ child: link.topic, kind: link.kind, err: e.message, storedKept: st.stored.size }, "copy to child stored in part; sending the rest again");
+              // The rest goes again at once, once a round (the other cluster now routes it around
+              // the owner that failed), so a graceful stop seldom finds a batch half copied.
+              if (!restSent) {
+                restSent = true;
+                continue;
+              }
             }
             st.backoffMs = Math.min(Math.max(100, st.backoffMs * 2), REMOTE_BACKOFF_MAX_MS);
             st.retryAtMono = this.clock.monoMs() + st.backoffMs;
@@ -200,7 +236,9 @@ export class PartitionCopier {
           }
           st.backoffMs = 0;
           st.copied += due.length;
-          this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1);
+          const next = due[due.length - 1]!.offset + 1;
+          this.cursors.advance(link.topic, next);
+          for (const o of st.stored) if (o < next) st.stored.delete(o);
           st.pendingSinceMs = due.length < records.length ? records[due.length]!.producedAtMs : undefined;
         }
         if (due.length < records.length) break; // the rest is not due yet

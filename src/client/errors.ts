@@ -12,12 +12,15 @@
 //                        because a lost response of an earlier ack also ends in a 410.
 //   NaradAmbiguousError  no usable answer: the connection broke mid-request, the request timed out,
 //                        the caller aborted it, or a 5xx came back whose code is not definite.
+//     NaradPartialBatchError  a batch produce whose messages went to several owners in a cluster
+//                        and was stored only in part (502 forward_failed): `results` says per
+//                        message whether it was stored, so the caller can resend only the rest.
 //   NaradConnectionError the connection could not be opened (refused, unknown host, connect
 //                        timeout): the request was never sent, so it is definite.
 // All of them extend NaradClientError, so `catch (e) { if (e instanceof NaradClientError && !e.definite) … }`
 // is the whole decision.
 
-import { ERRORS, isErrorCode } from "../protocol/errors.js";
+import { ERRORS, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
 
 export abstract class NaradClientError extends Error {
   /** `error.code` of the server's JSON body, or a client-side code (`network_error`, `request_timeout`, `aborted`, `connection_failed`). */
@@ -81,6 +84,24 @@ export class NaradAmbiguousError extends NaradClientError {
   }
 }
 
+/**
+ * A batch produce that was stored only in part: in a cluster its messages went to the owners of
+ * several partitions and not all of them stored their part (502 `forward_failed`). Ambiguous as a
+ * whole, but `results` has one entry per message of the batch, in request order:
+ * `{status: "stored", partition, offset}` (it is durable there: do not send it again),
+ * `{status: "not_stored", code}` (certainly not stored: resend it freely), or
+ * `{status: "unknown", code}` (it may be stored: resending it may store it twice).
+ */
+export class NaradPartialBatchError extends NaradAmbiguousError {
+  readonly results: readonly BatchItemResult[];
+
+  constructor(code: string, message: string, status: number, results: readonly BatchItemResult[]) {
+    super(code, message, status);
+    this.name = "NaradPartialBatchError";
+    this.results = results;
+  }
+}
+
 /** The connection could not be opened, so the request was never sent: definite, safe to retry. */
 export class NaradConnectionError extends NaradClientError {
   readonly code = "connection_failed";
@@ -101,10 +122,12 @@ export function errorFromResponse(
 ): NaradClientError {
   let code: string | undefined;
   let message: string | undefined;
+  let results: BatchItemResult[] | undefined;
   try {
-    const parsed = JSON.parse(bodyText) as { error?: { code?: unknown; message?: unknown } };
+    const parsed = JSON.parse(bodyText) as { error?: { code?: unknown; message?: unknown; results?: unknown } };
     if (typeof parsed?.error?.code === "string") code = parsed.error.code;
     if (typeof parsed?.error?.message === "string") message = parsed.error.message;
+    results = batchItemResults(parsed?.error?.results);
   } catch {
     // Not our JSON (a proxy's page, an empty body): fall back on the status alone.
   }
@@ -115,8 +138,20 @@ export function errorFromResponse(
   const definite = known ? known.definite : status < 500;
   const text = message ?? known?.message ?? `HTTP ${status}${bodyText ? `: ${bodyText.slice(0, 200)}` : ""}`;
   const finalCode = code ?? `http_${status}`;
-  if (!definite && status >= 500) return new NaradAmbiguousError(finalCode, text, status);
+  if (!definite && status >= 500) return results === undefined ? new NaradAmbiguousError(finalCode, text, status) : new NaradPartialBatchError(finalCode, text, status, results);
   return new NaradRequestError(status, finalCode, text, definite, parseRetryAfterS(retryAfter));
+}
+
+/** A body's per-message results, when every entry has the shape docs/api.md gives; otherwise none. */
+function batchItemResults(v: unknown): BatchItemResult[] | undefined {
+  if (!Array.isArray(v) || v.length === 0) return undefined;
+  const ok = v.every((r: unknown) => {
+    if (typeof r !== "object" || r === null) return false;
+    const x = r as Record<string, unknown>;
+    if (x.status === "stored") return Number.isInteger(x.partition) && Number.isInteger(x.offset);
+    return (x.status === "not_stored" || x.status === "unknown") && typeof x.code === "string";
+  });
+  return ok ? (v as BatchItemResult[]) : undefined;
 }
 
 function parseRetryAfterS(h: string | string[] | undefined): number | undefined {

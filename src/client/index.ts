@@ -13,7 +13,7 @@ export {
   type AutoExtendOptions,
   type ReplayOptions,
 } from "./narad.js";
-export { NaradClientError, NaradRequestError, NaradGoneError, NaradAmbiguousError, NaradConnectionError } from "./errors.js";
+export { NaradClientError, NaradRequestError, NaradGoneError, NaradAmbiguousError, NaradPartialBatchError, NaradConnectionError } from "./errors.js";
 export type {
   NaradOptions,
   Topic,
@@ -30,5 +30,5 @@ export type {
   Grant,
   GrantAction,
 } from "./types.js";
-export { ERRORS, type ErrorCode } from "../protocol/errors.js";
+export { ERRORS, type ErrorCode, type BatchItemResult } from "../protocol/errors.js";
 export { LIMITS, DEFAULTS } from "../protocol/wire.js";

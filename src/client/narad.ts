@@ -46,6 +46,7 @@ import {
   NaradClientError,
   NaradConnectionError,
   NaradGoneError,
+  NaradPartialBatchError,
   NaradRequestError,
   errorFromResponse,
   errorFromTransport,
@@ -320,7 +321,8 @@ export class Narad {
    * order. The compact binary encoding is used unless `encoding: "json"`. Any message over 1 MiB,
    * or a batch over the batch limit (LIMITS.batchBodyBytesMax, LIMITS.batchMessagesMax), refuses
    * the whole batch (413). Errors as for produce(); an ambiguous batch may be stored entirely or
-   * not at all.
+   * not at all, except a NaradPartialBatchError (a cluster stored only part of a batch that went
+   * to several owners), whose `results` say per message whether it was stored.
    */
   async produceBatch(
     topic: string,
@@ -330,17 +332,23 @@ export class Narad {
     if (messages.length === 0) return [];
     const path = `${this.#topicPath(topic)}/messages/batch`;
     let res: Dispatcher.ResponseData;
-    if (opts.encoding === "json") {
-      const body: BatchProduceRequest = {
-        messages: messages.map((m) => {
-          const payload_base64 = toBuffer(m.payload).toString("base64");
-          return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
-        }),
-      };
-      res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "produce batch");
-    } else {
-      const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
-      res = await this.#call("POST", path, this.#hBatch, body, "produce batch");
+    try {
+      if (opts.encoding === "json") {
+        const body: BatchProduceRequest = {
+          messages: messages.map((m) => {
+            const payload_base64 = toBuffer(m.payload).toString("base64");
+            return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
+          }),
+        };
+        res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "produce batch");
+      } else {
+        const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
+        res = await this.#call("POST", path, this.#hBatch, body, "produce batch");
+      }
+    } catch (e) {
+      // Results that do not cover the batch message for message cannot say which were stored.
+      if (e instanceof NaradPartialBatchError && e.results.length !== messages.length) throw new NaradAmbiguousError(e.code, e.message, e.status);
+      throw e;
     }
     return ((await res.body.json()) as BatchProduceResponse).results;
   }

@@ -11,7 +11,8 @@
 //   reordering, and for a keyed message of a different partition than its key's. No usable
 //   partition: 503 unavailable. A failure after the request may have reached the owner is
 //   ambiguous (502 forward_failed); so is a batch whose groups went to several owners and did not
-//   all succeed.
+//   all succeed, whose answer then says per message what is known: stored where, certainly not
+//   stored, or unknown (batchResults), so a client can send again only what was not stored.
 // - Consume: local partitions first, then each other owner in turn with wait 0; if nothing came
 //   and the client waits, a local waiter and one long poll per other owner run at once; the first
 //   to lease something wins, the others are aborted, and leases that still come back are released
@@ -35,7 +36,7 @@
 // poll's wait).
 
 import { randomBytes } from "node:crypto";
-import { NaradError, isErrorCode } from "../protocol/errors.js";
+import { NaradError, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
@@ -475,19 +476,19 @@ export class ClusterService implements Service {
       const [p] = groups.keys();
       return this.produceGroup(t, p!, items, ctx);
     }
-    const results = new Array<Produced>(items.length);
-    const outcomes = await Promise.allSettled(
-      [...groups].map(async ([p, idxs]) => {
-        const r = await this.produceGroup(t, p, idxs.map((i) => items[i]!), ctx);
-        idxs.forEach((i, j) => (results[i] = r[j]!));
-      }),
-    );
+    const parts = [...groups.values()];
+    const outcomes = await Promise.allSettled([...groups].map(([p, idxs]) => this.produceGroup(t, p, idxs.map((i) => items[i]!), ctx)));
     const failed = outcomes.filter((x): x is PromiseRejectedResult => x.status === "rejected").map((x) => x.reason as unknown);
-    if (failed.length === 0) return results;
+    if (failed.length === 0) {
+      const results = new Array<Produced>(items.length);
+      outcomes.forEach((o, g) => parts[g]!.forEach((i, j) => (results[i] = (o as PromiseFulfilledResult<Produced[]>).value[j]!)));
+      return results;
+    }
     if (failed.length === outcomes.length && failed.every((e) => e instanceof NaradError && e.definite)) throw failed[0];
     throw new NaradError(
       "forward_failed",
-      `The batch went to several partitions' owners and not all of them stored their part (${errText(failed[0])}); part of it may be stored: retrying may store those messages twice.`,
+      `The batch went to several partitions' owners and not all of them stored their part (${errText(failed[0])}); error.results says, per message, whether it was stored: send again only those that were not.`,
+      { results: batchResults(items.length, parts, outcomes) },
     );
   }
 
@@ -842,6 +843,29 @@ export function errorFromPeer(res: PeerResponse): NaradError {
   const ra = header(res.headers, "retry-after");
   if (code !== undefined && isErrorCode(code)) return new NaradError(code, message, ra === undefined ? {} : { retryAfterS: Number(ra) });
   return new NaradError(res.status < 500 ? "bad_request" : "forward_failed", `The owner answered ${res.status}${message ? `: ${message}` : ""}.`);
+}
+
+/**
+ * What is known of each message of a batch split into groups (item indexes per group, and each
+ * group's outcome): a group that was stored gives its messages their partition and offset; one
+ * that failed definitely stored none of them (produceGroup tries another partition only after a
+ * definite refusal, so its last error is definite only if every try was); any other failure may
+ * have stored them.
+ */
+export function batchResults(n: number, groups: readonly (readonly number[])[], outcomes: readonly PromiseSettledResult<readonly Produced[]>[]): BatchItemResult[] {
+  const out = new Array<BatchItemResult>(n);
+  groups.forEach((idxs, g) => {
+    const o = outcomes[g]!;
+    if (o.status === "fulfilled") {
+      idxs.forEach((i, j) => (out[i] = { status: "stored", partition: o.value[j]!.partition, offset: o.value[j]!.offset }));
+      return;
+    }
+    const e: unknown = o.reason;
+    const code = e instanceof NaradError ? e.code : "internal";
+    const r: BatchItemResult = e instanceof NaradError && e.definite ? { status: "not_stored", code } : { status: "unknown", code };
+    for (const i of idxs) out[i] = r;
+  });
+  return out;
 }
 
 /** Control-plane failures as the HTTP errors of the table. */

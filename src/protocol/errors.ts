@@ -130,8 +130,19 @@ export const ERRORS = {
 
 export type ErrorCode = keyof typeof ERRORS;
 
+/**
+ * What a batch produce that failed in part knows of one of its messages (the `results` of a 502
+ * `forward_failed` body, in request order): stored at this partition and offset; certainly not
+ * stored (its part was refused definitely, with that code); or unknown (its part failed in a way
+ * that may have stored it).
+ */
+export type BatchItemResult =
+  | { status: "stored"; partition: number; offset: number }
+  | { status: "not_stored"; code: string }
+  | { status: "unknown"; code: string };
+
 export interface ErrorBody {
-  error: { code: string; message: string };
+  error: { code: string; message: string; results?: BatchItemResult[] };
 }
 
 /** An operating error with a row in the table: bad input, a missing topic, overload. */
@@ -140,8 +151,10 @@ export class NaradError extends Error {
   readonly status: number;
   readonly definite: boolean;
   readonly retryAfterS: number | undefined;
+  /** A batch that failed in part: what is known of each message, in request order. */
+  readonly results: BatchItemResult[] | undefined;
 
-  constructor(code: ErrorCode, message?: string, opts: { retryAfterS?: number } = {}) {
+  constructor(code: ErrorCode, message?: string, opts: { retryAfterS?: number; results?: BatchItemResult[] } = {}) {
     const spec: ErrorSpec = ERRORS[code];
     super(message ?? spec.message);
     this.name = "NaradError";
@@ -149,10 +162,13 @@ export class NaradError extends Error {
     this.status = spec.status;
     this.definite = spec.definite;
     this.retryAfterS = opts.retryAfterS;
+    this.results = opts.results;
   }
 
   toBody(): ErrorBody {
-    return { error: { code: this.code, message: this.message } };
+    const error: ErrorBody["error"] = { code: this.code, message: this.message };
+    if (this.results !== undefined) error.results = this.results;
+    return { error };
   }
 }
 
