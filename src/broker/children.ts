@@ -17,7 +17,8 @@
 // compare: their produce time + PRE_BOOT_COMMIT_MARGIN_MS.
 //
 // A copy that failed in part (a remote push whose messages went to several owners of the other
-// cluster, and only some stored theirs: the sink throws CopyPartlyStored) is sent again without
+// cluster, or a cluster's fan-out or delay copy to the owners of the child's partitions, and only
+// some stored theirs: the sink throws CopyPartlyStored) is sent again without
 // the records known stored, at once the first time, then with the back-off: the copier keeps
 // their offsets, in memory, until the cursor passes them. The cursor still moves only once every
 // record of the batch is durable on the child. A restart forgets those offsets and copies the

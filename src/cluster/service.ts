@@ -40,7 +40,7 @@ import { NaradError, isErrorCode, type BatchItemResult } from "../protocol/error
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
-import type { ChildLink } from "../broker/children.js";
+import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
 import { groupByPartition } from "../broker/partitioner.js";
@@ -434,7 +434,7 @@ export class ClusterService implements Service {
     const items = records.map((r) => ({ key: r.key === null ? null : r.key.toString("utf8"), payload: r.payload }));
     const ctx: RequestContext = { authorization: undefined };
     if (partition === undefined) {
-      await this.copyGroups(child, items, ctx);
+      await this.copyGroups(child, records, items, ctx);
       return;
     }
     const t = await this.topic(child);
@@ -449,10 +449,11 @@ export class ClusterService implements Service {
    * fails is sent again (a little later, routed around an owner that is down) and the groups
    * already stored are not: one owner's failure must not make the others store their part twice,
    * which is what retrying the whole batch did when another owner was merely stopping. Only when
-   * a group still fails after COPY_GROUP_ATTEMPTS does the copier see the error; it then copies
-   * the whole batch again later (the contract's "a node a copy was sent to dies" case).
+   * a group still fails after COPY_GROUP_ATTEMPTS does the copier see the error: CopyPartlyStored
+   * naming the records stored, which the copier then leaves out when it copies the rest again.
+   * `records` are the parent's, `items` their copies, index for index.
    */
-  private async copyGroups(child: string, items: ProduceItem[], ctx: RequestContext): Promise<void> {
+  private async copyGroups(child: string, records: readonly StoredRecord[], items: ProduceItem[], ctx: RequestContext): Promise<void> {
     const t = await this.topic(child);
     let pending = [...this.groupsFor(t, items)];
     for (let attempt = 1; ; attempt++) {
@@ -460,7 +461,11 @@ export class ClusterService implements Service {
       const failed = pending.filter((_, i) => outcomes[i]!.status === "rejected");
       if (failed.length === 0) return;
       const err = (outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult).reason as unknown;
-      if (attempt >= COPY_GROUP_ATTEMPTS) throw err;
+      if (attempt >= COPY_GROUP_ATTEMPTS) {
+        const notStored = new Set(failed.flatMap(([, idxs]) => idxs));
+        const stored = records.filter((_, i) => !notStored.has(i)).map((r) => r.offset);
+        throw stored.length > 0 ? new CopyPartlyStored(stored, err) : err;
+      }
       this.log.debug({ child, groups: failed.length, attempt, err: errText(err) }, "part of a child copy failed; sending that part again");
       pending = failed;
       await new Promise((r) => setTimeout(r, COPY_GROUP_RETRY_MS * attempt));
