@@ -104,7 +104,9 @@ describe("child topics", () => {
       assert.equal(r.status, status, `${parent} ← ${JSON.stringify(body)}`);
       assert.equal(((await r.json()) as { error: { code: string } }).error.code, code);
     }
-    assert.equal((await c.json("DELETE", "/v1/topics/p/children/c2")).status, 404);
+    const notAttached = await c.json("DELETE", "/v1/topics/p/children/c2");
+    assert.equal(notAttached.status, 404);
+    assert.equal(((await notAttached.json()) as { error: { code: string } }).error.code, "child_not_found");
     // Deleting a child detaches it from its parent.
     assert.equal((await c.json("DELETE", "/v1/topics/c1")).status, 204);
     assert.deepEqual(((await (await c.json("GET", "/v1/topics/p")).json()) as { children: unknown[] }).children, []);

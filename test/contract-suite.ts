@@ -5,8 +5,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { connect } from "node:net";
 import { waitFor } from "./harness.js";
-import { BATCH_BINARY_TYPE, DELIVERIES_TYPE, decodeDeliveries, encodeBinaryBatch, type WireDelivery } from "../src/protocol/wire.js";
+import { BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, decodeDeliveries, encodeBinaryBatch, type WireDelivery } from "../src/protocol/wire.js";
 
 export interface Deployment {
   /** Base URLs of the nodes; requests are spread across them. */
@@ -293,6 +294,27 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal(badBin.status, 400);
       const media = await req("POST", `/v1/topics/${topic}/messages/batch`, "x", { "content-type": "text/plain" });
       assert.equal(media.status, 415);
+      assert.equal(await errorCode(media), "unsupported_media_type");
+      // Past the batch limits: one message more than LIMITS.batchMessagesMax, and a body over
+      // LIMITS.batchBodyBytesMax (refused without reading it all).
+      const tooMany = encodeBinaryBatch(Array.from({ length: LIMITS.batchMessagesMax + 1 }, () => ({ payload: Buffer.from("x") })));
+      const many = await req("POST", `/v1/topics/${topic}/messages/batch`, tooMany, { "content-type": BATCH_BINARY_TYPE });
+      assert.equal(many.status, 413);
+      assert.equal(await errorCode(many), "batch_too_large");
+      // The body's length is declared and only its first bytes are sent: the answer comes anyway.
+      const u = new URL(url());
+      const sock = connect(Number(u.port), u.hostname);
+      let answer = "";
+      sock.on("data", (b: Buffer) => (answer += b.toString("latin1")));
+      const closed = new Promise<void>((res) => sock.once("close", () => res()).once("error", () => res()));
+      sock.write(
+        `POST /v1/topics/${topic}/messages/batch HTTP/1.1\r\nHost: narad\r\nContent-Type: ${BATCH_BINARY_TYPE}\r\n` +
+          `Content-Length: ${LIMITS.batchBodyBytesMax + 1}\r\n\r\n`,
+      );
+      sock.write(encodeBinaryBatch([{ payload: Buffer.alloc(60_000, 0x61) }]));
+      await closed;
+      assert.match(answer, /^HTTP\/1\.1 413 /, answer);
+      assert.match(answer, /"code":"batch_too_large"/);
       assert.equal(await ends(), before);
     });
 

@@ -1,6 +1,7 @@
 // The contract suite against one node started with --dev, and the limits that need a node of their own.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { connect } from "node:net";
 import { defineContractSuite } from "./contract-suite.js";
 import { removeDir, startNode, waitFor, type RunningNode } from "./harness.js";
 
@@ -56,5 +57,45 @@ describe("limits.long_polls", () => {
     await waiting;
     await waitFor(async () => /^narad_long_polls_waiting 0$/m.test(await (await fetch(`${node.url}/metrics`)).text()), { what: "the aborted poll to stop waiting" });
     assert.equal((await post("/v1/topics/busy/consume?wait_ms=10")).status, 204, "below the bound again");
+  });
+});
+
+describe("a graceful stop", () => {
+  test("a request that arrives while the node drains is 503 shutting_down with Connection: close, and stores nothing; the one in flight finishes", async () => {
+    const node = await startNode({ env: { NARAD_LOG_LEVEL: "info" } });
+    try {
+      const r = await fetch(`${node.url}/v1/topics`, { method: "POST", body: JSON.stringify({ name: "drain", partitions: 1 }), headers: { "content-type": "application/json" } });
+      assert.equal(r.status, 201);
+      // A produce whose body is still coming keeps the node draining; a second request pipelined
+      // behind it on the same connection arrives after the stop began.
+      const sock = connect(node.port, "127.0.0.1");
+      await new Promise<void>((res, rej) => sock.once("connect", res).once("error", rej));
+      let answer = "";
+      sock.on("data", (b: Buffer) => (answer += b.toString("latin1")));
+      const closed = new Promise<void>((res) => sock.once("close", () => res()));
+      sock.write("POST /v1/topics/drain/messages HTTP/1.1\r\nHost: narad\r\nContent-Length: 4\r\n\r\nab");
+      node.proc.kill("SIGTERM");
+      await waitFor(async () => node.output().includes("stopping: finishing in-flight requests"), { what: "the node to begin draining" });
+      sock.write("cdPOST /v1/topics/drain/messages HTTP/1.1\r\nHost: narad\r\nContent-Length: 4\r\n\r\nlate");
+      await closed;
+      const answers = answer.split(/(?=HTTP\/1\.1 )/);
+      assert.equal(answers.length, 2, answer);
+      assert.match(answers[0]!, /^HTTP\/1\.1 202 /);
+      assert.match(answers[1]!, /^HTTP\/1\.1 503 /);
+      assert.match(answers[1]!, /\r\nconnection: close\r\n/i);
+      assert.match(answers[1]!, /"code":"shutting_down"/);
+      assert.equal((await node.exited).code, 0);
+    } finally {
+      await node.kill();
+    }
+    // After a restart: the produce in flight is stored, the refused one is not.
+    const again = await startNode({ dataDir: node.dataDir });
+    try {
+      const page = (await (await fetch(`${again.url}/v1/topics/drain/partitions/0/messages`)).json()) as { messages: { payload_base64: string }[] };
+      assert.deepEqual(page.messages.map((m) => Buffer.from(m.payload_base64, "base64").toString()), ["abcd"]);
+    } finally {
+      await again.stop();
+      await removeDir(node.dataDir);
+    }
   });
 });
