@@ -292,6 +292,7 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       }
       const badBin = await req("POST", `/v1/topics/${topic}/messages/batch`, Buffer.from([0, 0, 0, 9, 1]), { "content-type": BATCH_BINARY_TYPE });
       assert.equal(badBin.status, 400);
+      assert.equal(await errorCode(badBin), "bad_request");
       const media = await req("POST", `/v1/topics/${topic}/messages/batch`, "x", { "content-type": "text/plain" });
       assert.equal(media.status, 415);
       assert.equal(await errorCode(media), "unsupported_media_type");
@@ -595,6 +596,16 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
         assert.ok((r.headers.get("content-type") ?? "").includes("application/json"));
         await errorCode(r);
       }
+      // Not HTTP at all: a JSON 400 bad_request, and the connection is closed.
+      const u = new URL(url());
+      const sock = connect(Number(u.port), u.hostname);
+      let answer = "";
+      sock.on("data", (b: Buffer) => (answer += b.toString("latin1")));
+      const closed = new Promise<void>((res) => sock.once("close", () => res()).once("error", () => res()));
+      sock.write("HELLO THERE\r\n\r\n");
+      await closed;
+      assert.match(answer, /^HTTP\/1\.1 400 /, answer);
+      assert.match(answer, /"code":"bad_request"/);
       const m = await consume(topic);
       assert.ok(m);
       assert.equal(m.body.toString(), "keep me");
