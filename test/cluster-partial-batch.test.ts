@@ -9,24 +9,15 @@
 // a deadline; everything is stopped in the after hook.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { keyPartition } from "../src/broker/partitioner.js";
 import { Narad, NaradAmbiguousError, NaradPartialBatchError, type BatchItemResult } from "../src/client/index.js";
 import { startCluster, type LocalCluster } from "../src/cluster/local.js";
 import { startProxy, type Proxy } from "../src/verify/proxy/proxy.js";
 import { removeDir, startNode, waitFor } from "./harness.js";
-import { freePort, startPostgres, type TestPostgres } from "./support/postgres.js";
+import { freePort, postgresForFile } from "./support/postgres.js";
 
-let server: TestPostgres;
-const cleanups: (() => Promise<unknown>)[] = [];
-
-before(async () => {
-  server = await startPostgres();
-});
-after(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  await server?.stop();
-});
+const { pg: postgres, cleanups } = postgresForFile();
 
 const PARTITIONS = 3;
 
@@ -41,7 +32,7 @@ async function clusterWithProxiedNode(): Promise<{ c: LocalCluster; proxy: Proxy
   cleanups.push(() => proxy.close());
   const c = await startCluster({
     nodes: 3,
-    controlPlaneUrl: await server.newDatabase(),
+    controlPlaneUrl: await postgres().newDatabase(),
     env: {
       NARAD_CLUSTER_HEARTBEAT_INTERVAL_MS: "200",
       NARAD_CLUSTER_NODE_LEASE_MS: "1500",

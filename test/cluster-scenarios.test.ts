@@ -5,24 +5,15 @@
 // hooks.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import pg from "pg";
 import { startCluster, type LocalCluster } from "../src/cluster/local.js";
 import { clusterToken } from "../src/cluster/wire.js";
 import { startProxy, type Proxy } from "../src/verify/proxy/proxy.js";
 import { runNarad, waitFor } from "./harness.js";
-import { freePort, startPostgres, type TestPostgres } from "./support/postgres.js";
+import { freePort, postgresForFile } from "./support/postgres.js";
 
-let server: TestPostgres;
-const cleanups: (() => Promise<unknown>)[] = [];
-
-before(async () => {
-  server = await startPostgres();
-});
-after(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  await server?.stop();
-});
+const { pg: postgres, cleanups } = postgresForFile();
 
 /** Short leases, so a dead node is seen down within about a second and a half. */
 const FAST = {
@@ -34,7 +25,7 @@ const FAST = {
 };
 
 async function cluster(o: Parameters<typeof startCluster>[0] = {}): Promise<LocalCluster> {
-  const c = await startCluster({ nodes: 3, controlPlaneUrl: await server.newDatabase(), ...o });
+  const c = await startCluster({ nodes: 3, controlPlaneUrl: await postgres().newDatabase(), ...o });
   cleanups.push(() => c.stop());
   return c;
 }
@@ -274,7 +265,7 @@ describe("cluster scenarios", () => {
     const load = produceLoad(() => c.urls, "steady", 2);
     await waitFor(() => load.acked.size > 100, { timeoutMs: 10_000, what: "load before the outage" });
     const seen = new Map<string, number>();
-    await server.down();
+    await postgres().down();
     try {
       const atDown = load.acked.size;
       const w = await client(b!).json("POST", "/v1/topics", { name: "during", partitions: 1 });
@@ -287,7 +278,7 @@ describe("cluster scenarios", () => {
       for (const m of got.messages) seen.set(Buffer.from(m.payload_base64, "base64").toString(), 1);
       assert.equal((await client(a!).ackBatch("steady", got.messages.map((m) => m.receipt_handle))).results.every((x) => x.status === 204), true);
     } finally {
-      await server.up();
+      await postgres().up();
     }
     await waitFor(async () => (await client(a!).json("POST", "/v1/topics", { name: "after", partitions: 1 })).status === 201, { timeoutMs: 15_000, what: "control-plane writes to recover" });
     const afterUp = load.acked.size;
@@ -308,7 +299,7 @@ describe("cluster scenarios", () => {
     const held = await client(b!).consumeBatch("fence", 2);
     assert.equal(held.messages.length, 2);
     let refusedId = "";
-    await server.down();
+    await postgres().down();
     try {
       // Without PostgreSQL no heartbeat succeeds: every node's lease runs out by its own clock
       // (1.5 s − 0.2 s here), and from then on nothing is acknowledged.
@@ -330,7 +321,7 @@ describe("cluster scenarios", () => {
       assert.deepEqual((await client(b!).consumeBatch("fence", 10)).messages, [], "no lease is handed out");
       assert.equal((await fetch(`${a}/readyz`)).status, 503);
     } finally {
-      await server.up();
+      await postgres().up();
     }
     await waitFor(async () => (await client(a!).produce("fence", "back")).status === 202, { timeoutMs: 15_000, what: "produces once the leases are back" });
     // The acks were refused, so the messages are still there (delivered again once the leases lapse).

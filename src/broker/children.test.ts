@@ -7,97 +7,95 @@ import { join } from "node:path";
 import { openAckLog } from "../storage/ack-log.js";
 import { CursorFile } from "../storage/cursor-file.js";
 import { openPartitionLog } from "../storage/partition-log.js";
+import type { PartitionLog } from "../storage/types.js";
 import { captureLogger, logOptions, TestClock, withTempDir } from "../storage/test-support.js";
-import { CopyPartlyStored, PartitionCopier, type ChildLink } from "./children.js";
+import { CopyPartlyStored, PartitionCopier, type ChildLink, type CopySink } from "./children.js";
 import { Partition } from "./partition.js";
 import { TestBugs } from "./test-bugs.js";
 
 const NEVER_MS = 100_000_000;
 
-test("a delay copy waits its delay on the monotonic clock: a wall clock stepped forward does not make it early", async () => {
+/** A copier of parent partition 0 of "t" over a real log, ack log and cursor file; closed after `fn`. */
+async function withCopier(
+  links: ChildLink[],
+  sink: CopySink,
+  fn: (c: { copier: PartitionCopier; log: PartitionLog; cursors: CursorFile; clock: TestClock }) => Promise<void>,
+): Promise<void> {
   await withTempDir(async (dir) => {
     const clock = new TestClock();
     const logger = captureLogger().logger;
     const log = await openPartitionLog(join(dir, "log"), logOptions(clock, logger));
     const acks = await openAckLog(join(dir, "acks"), { clock, logger, ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false });
     const cursors = CursorFile.open(join(dir, "cursors"), { ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false, logger });
-    cursors.advance("d", 0);
-    const links: ChildLink[] = [{ topic: "d", kind: "delay", delay_ms: 5_000 }];
-    const copied: number[] = [];
-    const copier = new PartitionCopier("t", new Partition(0, log, acks), cursors, () => links, async (_l, rs) => void copied.push(...rs.map((r) => r.offset)), clock, logger, new TestBugs([]));
+    for (const l of links) cursors.advance(l.topic, 0);
+    const copier = new PartitionCopier("t", new Partition(0, log, acks), cursors, () => links, sink, clock, logger, new TestBugs([]));
     try {
-      await log.append([{ key: null, payload: Buffer.from("m0") }], clock.nowMs()).durable;
-      copier.kick(); // sees offset 0 committed now
-      await copier.settled();
-      assert.deepEqual(copied, [], "not due yet");
-      // The wall clock jumps 6 s ahead (a time sync), no time passes.
-      clock.wallMs += 6_000;
-      copier.kick();
-      await copier.settled();
-      assert.deepEqual(copied, [], "a wall-clock step makes no delay copy due");
-      clock.mono += 4_999;
-      copier.kick();
-      await copier.settled();
-      assert.deepEqual(copied, [], "still 1 ms early");
-      clock.advance(1);
-      copier.kick();
-      await copier.settled();
-      assert.deepEqual(copied, [0], "due 5 s after the commit was seen");
+      await fn({ copier, log, cursors, clock });
     } finally {
       await copier.close();
       await log.close();
       await acks.close();
     }
   });
+}
+
+test("a delay copy waits its delay on the monotonic clock: a wall clock stepped forward does not make it early", async () => {
+  const copied: number[] = [];
+  const sink: CopySink = async (_l, rs) => void copied.push(...rs.map((r) => r.offset));
+  await withCopier([{ topic: "d", kind: "delay", delay_ms: 5_000 }], sink, async ({ copier, log, clock }) => {
+    await log.append([{ key: null, payload: Buffer.from("m0") }], clock.nowMs()).durable;
+    copier.kick(); // sees offset 0 committed now
+    await copier.settled();
+    assert.deepEqual(copied, [], "not due yet");
+    // The wall clock jumps 6 s ahead (a time sync), no time passes.
+    clock.wallMs += 6_000;
+    copier.kick();
+    await copier.settled();
+    assert.deepEqual(copied, [], "a wall-clock step makes no delay copy due");
+    clock.mono += 4_999;
+    copier.kick();
+    await copier.settled();
+    assert.deepEqual(copied, [], "still 1 ms early");
+    clock.advance(1);
+    copier.kick();
+    await copier.settled();
+    assert.deepEqual(copied, [0], "due 5 s after the commit was seen");
+  });
 });
 
 test("a copy stored in part is sent again without the records stored; the cursor moves only once all are", async () => {
-  await withTempDir(async (dir) => {
-    const clock = new TestClock();
-    const logger = captureLogger().logger;
-    const log = await openPartitionLog(join(dir, "log"), logOptions(clock, logger));
-    const acks = await openAckLog(join(dir, "acks"), { clock, logger, ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false });
-    const cursors = CursorFile.open(join(dir, "cursors"), { ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false, logger });
-    cursors.advance("r", 0);
-    const links: ChildLink[] = [{ topic: "r", kind: "remote", url: "http://127.0.0.1:1" }];
-    // What each push is handed, and how it ends: stored in part twice (the second time the rest
-    // sent again at once), then a failure that says nothing, then success.
-    const pushes: number[][] = [];
-    const fail = [
-      (rs: number[]) => new CopyPartlyStored(rs.filter((o) => o % 2 === 0), new Error("502")),
-      (rs: number[]) => new CopyPartlyStored([rs[0]!], new Error("502")),
-      () => new Error("no answer"),
-    ];
-    const sink = async (_l: ChildLink, rs: { offset: number }[]) => {
-      pushes.push(rs.map((r) => r.offset));
-      const f = fail.shift();
-      if (f !== undefined) throw f(rs.map((r) => r.offset));
-    };
-    const copier = new PartitionCopier("t", new Partition(0, log, acks), cursors, () => links, sink, clock, logger, new TestBugs([]));
+  // What each push is handed, and how it ends: stored in part twice (the second time the rest
+  // sent again at once), then a failure that says nothing, then success.
+  const pushes: number[][] = [];
+  const fail = [
+    (rs: number[]) => new CopyPartlyStored(rs.filter((o) => o % 2 === 0), new Error("502")),
+    (rs: number[]) => new CopyPartlyStored([rs[0]!], new Error("502")),
+    () => new Error("no answer"),
+  ];
+  const sink: CopySink = async (_l, rs) => {
+    pushes.push(rs.map((r) => r.offset));
+    const f = fail.shift();
+    if (f !== undefined) throw f(rs.map((r) => r.offset));
+  };
+  await withCopier([{ topic: "r", kind: "remote", url: "http://127.0.0.1:1" }], sink, async ({ copier, log, cursors, clock }) => {
     const round = async () => {
       clock.advance(60_000); // past any back-off
       copier.kick();
       await copier.settled();
     };
-    try {
-      await log.append([0, 1, 2, 3].map((i) => ({ key: null, payload: Buffer.from(`m${i}`) })), clock.nowMs()).durable;
-      await round();
-      assert.deepEqual(pushes, [[0, 1, 2, 3], [1, 3]], "the records not stored are sent again at once, once a round");
-      assert.equal(cursors.get("r"), 0, "not every copy is stored yet");
-      await round();
-      assert.deepEqual(pushes.slice(2), [[3]], "then after the back-off, still only those");
-      assert.equal(cursors.get("r"), 0);
-      await round();
-      assert.deepEqual(pushes.slice(3), [[3]], "a failure that says nothing keeps what is known stored");
-      assert.equal(cursors.get("r"), 4, "every copy stored: the cursor moves past the batch");
-      await log.append([{ key: null, payload: Buffer.from("m4") }], clock.nowMs()).durable;
-      await round();
-      assert.deepEqual(pushes.slice(4), [[4]]);
-      assert.equal(cursors.get("r"), 5);
-    } finally {
-      await copier.close();
-      await log.close();
-      await acks.close();
-    }
+    await log.append([0, 1, 2, 3].map((i) => ({ key: null, payload: Buffer.from(`m${i}`) })), clock.nowMs()).durable;
+    await round();
+    assert.deepEqual(pushes, [[0, 1, 2, 3], [1, 3]], "the records not stored are sent again at once, once a round");
+    assert.equal(cursors.get("r"), 0, "not every copy is stored yet");
+    await round();
+    assert.deepEqual(pushes.slice(2), [[3]], "then after the back-off, still only those");
+    assert.equal(cursors.get("r"), 0);
+    await round();
+    assert.deepEqual(pushes.slice(3), [[3]], "a failure that says nothing keeps what is known stored");
+    assert.equal(cursors.get("r"), 4, "every copy stored: the cursor moves past the batch");
+    await log.append([{ key: null, payload: Buffer.from("m4") }], clock.nowMs()).durable;
+    await round();
+    assert.deepEqual(pushes.slice(4), [[4]]);
+    assert.equal(cursors.get("r"), 5);
   });
 });

@@ -7,6 +7,7 @@
 //   await pg.restart();                   // down + up
 //   await pg.stop();                      // stop for good and remove the directory
 
+import { after, before } from "node:test";
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../../src/cluster/embedded-postgres.js";
 
 export { freePort } from "../../src/cluster/embedded-postgres.js";
@@ -15,4 +16,30 @@ export type TestPostgres = EmbeddedPostgresHandle;
 
 export function startPostgres(): Promise<TestPostgres> {
   return startEmbeddedPostgres({ durable: false, password: "narad-test" });
+}
+
+/**
+ * One PostgreSQL for a test file's tests, started in `before` and stopped in `after`, and the
+ * file's clean-ups (clusters, proxies, clients), run newest first before it stops.
+ *
+ *   const fx = postgresForFile();
+ *   ... startCluster({ controlPlaneUrl: await fx.pg().newDatabase() }); fx.cleanups.push(() => c.stop());
+ */
+export function postgresForFile(): { pg: () => TestPostgres; cleanups: (() => Promise<unknown>)[] } {
+  let server: TestPostgres | undefined;
+  const cleanups: (() => Promise<unknown>)[] = [];
+  before(async () => {
+    server = await startPostgres();
+  });
+  after(async () => {
+    for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    await server?.stop();
+  });
+  return {
+    pg: () => {
+      if (server === undefined) throw new Error("PostgreSQL is not started yet (use it inside a test)");
+      return server;
+    },
+    cleanups,
+  };
 }
