@@ -337,6 +337,24 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   };
 
   const search = new PairSearch();
+  /**
+   * The parent partition's owner for the re-copy rule: the node the produce's ok names, else the
+   * nodes that delivered the message on the produce's topic (the owners of its partition).
+   */
+  const parentOwnersOf = (produce: number): number[] => {
+    if (ops.outcome[produce] === O_OK && ops.node[produce]! >= 0) return [ops.node[produce]!];
+    const m = ops.msg[produce]!;
+    const t = ops.topic[produce]!;
+    const owners: number[] = [];
+    for (let p = msgFirstPair[m]!; p >= 0; p = pairNext[p]!) {
+      if (pairTopic[p] !== t) continue;
+      for (let i = pairStart[p]!; i < pairStart[p + 1]!; i++) {
+        const op = pairOps[i]!;
+        if (ops.f[op] === F_CONSUME && ops.node[op]! >= 0 && !owners.includes(ops.node[op]!)) owners.push(ops.node[op]!);
+      }
+    }
+    return owners;
+  };
   const searchRows = (): number[] => search.snapshot().map((o) => o.op);
   // The produce, delay and timeout of the pair being searched (for recordCause and the copies).
   let curProduce = -1;
@@ -474,28 +492,31 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
   };
 
   /**
-   * Whether every copy has a legal order on its own and every copy but one is explained as a
-   * re-copy by a distinct fault of `candidates`. Leaves the causes in copyCauses.
+   * Whether every copy but one is explained as a re-copy by a distinct fault of `candidates`
+   * ("no-plan" when not), and then whether every copy has a legal order on its own: "legal"
+   * (the causes are left in copyCauses), or "illegal-copy" (copySearch holds the copy that has
+   * none, so the anomaly is named from that copy's own operations).
    */
-  const judgeCopies = (candidates: readonly RecopyFault[], env: PairEnv): boolean => {
+  const judgeCopies = (candidates: readonly RecopyFault[], env: PairEnv): "legal" | "no-plan" | "illegal-copy" => {
     copyCauses.length = 0;
     const plan = planRecopies(copyViews, candidates, {
       slackNs,
       ackFlushNs: cfg.ack_flush_ms * MS,
       ackSyncNs: cfg.ack_sync_ms * MS,
       produceInvNs: ops.invNs[curProduce]!,
-      parentOwner: ops.outcome[curProduce] === O_OK ? ops.node[curProduce]! : -1,
+      parentOwners: parentOwnersOf(curProduce),
       viaNodes: viaNodesOf[curTopic]!,
       answerNs: answerNsOf[curTopic]!,
     });
-    if (plan === null) return false;
+    if (plan === null) return "no-plan";
     const a0 = pairStart[curPair]!;
     const a1 = pairStart[curPair + 1]!;
     for (let c = 0; c < copyViews.length; c++) {
       fillSearch(copySearch, a0, a1, c);
       const st = copySearch.search(env);
       copyStepsMax = Math.max(copyStepsMax, copySearch.steps);
-      if (st !== "legal") return false;
+      if (st === "illegal") return "illegal-copy";
+      if (st !== "legal") return "no-plan";
       for (let i = 1; i < copySearch.n; i++) {
         let cause = copySearch.causeKind[i]!;
         if (cause < 0) continue;
@@ -509,7 +530,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
         copyCauses.push(copySearch.ops[i]!.op, cause, fault, since);
       }
     }
-    return true;
+    return "legal";
   };
   const deliveries: number[] = [];
   const early: number[] = [];
@@ -620,14 +641,19 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
         let steps = 0;
         let usedUnevidenced = false;
         let viaCopies = false;
-        if (split && judgeCopies(recopyEvidenced, envEvidenced[t]!)) {
+        // Faults explain the copies but one copy has no legal order of its own: its anomaly.
+        let illegalCopy: ReturnType<typeof copySearch.snapshot> | null = null;
+        const copies = split ? judgeCopies(recopyEvidenced, envEvidenced[t]!) : "no-plan";
+        if (copies === "legal") {
           status = "legal";
           viaCopies = true;
+        } else if (copies === "illegal-copy") {
+          illegalCopy = copySearch.snapshot();
         } else {
           status = search.search(envEvidenced[t]!);
           steps = search.steps;
           if (status === "illegal" && unevidenced.length > 0) {
-            if (split && judgeCopies(recopyAll, envAll[t]!)) {
+            if (split && judgeCopies(recopyAll, envAll[t]!) === "legal") {
               status = "legal";
               viaCopies = true;
               usedUnevidenced = true;
@@ -650,7 +676,7 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
           if (repeated) {
             unknownPair("repeated-produce", searchRows(), `produced ${msgProduceCount[m]} times; the copies cannot be told apart`);
           } else {
-            const local = search.snapshot();
+            const local = illegalCopy ?? search.snapshot();
             const c = classifyIllegal(local, envAll[t]!);
             anomaly(c.name, c.local.map((i) => local[i]!.op), c.explanation);
           }

@@ -230,14 +230,17 @@ const replaySkip: Mutation = (lines, pick) => {
   return { lines: out, name: "skip", msg: null, path: "t" };
 };
 
-test("histories of a correct broker are judged valid", () => {
+test("histories of a correct broker are judged valid, its child copies made again after kills included", () => {
+  let recopies = 0;
   fc.assert(
     fc.property(fc.integer({ min: 1, max: 0x7fffffff }), fc.integer({ min: 1, max: 2 }), (seed, nodes) => {
       const r = checkEvents(history(seed, nodes));
       assert.equal(r.verdict, "valid", `${r.reason}: ${JSON.stringify(r.anomalies.slice(0, 3))} ${JSON.stringify(r.unknowns.slice(0, 3))}`);
+      recopies += r.redeliveries.explainedRecopiesTotal;
     }),
     { numRuns: RUNS },
   );
+  assert.ok(recopies > 0, "no run had a re-copy for the checker to explain");
 });
 
 const MUTATIONS: Array<[string, Mutation]> = [
@@ -288,6 +291,8 @@ const SEEDED_BUGS: Array<[SimBug, AnomalyName[], Partial<SimOptions>]> = [
   ["replay-skip", ["skip"], {}],
   ["redeliver-acked", ["duplicate-after-ack", "no-legal-order"], {}],
   ["lose-message", ["lost"], {}],
+  // A second copy while the first's lease is live is a double lease; overlapping its ack, no legal order.
+  ["recopy-on-terminate", ["duplicate-after-ack", "no-legal-order", "double-lease"], {}],
 ];
 
 for (const [bug, expected, extra] of SEEDED_BUGS) {

@@ -12,6 +12,8 @@ import type { Report } from "./types.js";
 interface Scenario {
   /** The owner the produce's ok names; null: the ok names none. Default n1. */
   owner?: string | null;
+  /** The node that delivered the message on the parent path. Default the owner (n1 when none). */
+  parentNode?: string;
   /** The child's kind, and for a remote child the other cluster's nodes the config lists. */
   kind?: "fanout" | "remote";
   viaNodes?: string[];
@@ -54,7 +56,8 @@ function scenario(o: Scenario = {}) {
   const [[p1, o1], [p2, o2]] = o.at ?? [[0, 0], [1, 0]];
   const bootAt = (node: string, ms: number) => (fault !== null && fault.node === node && fault.evidence !== false && ms > fault.atMs ? `${node}-b2` : `${node}-b1`);
   const produce = b.produce("p1", "t", "m1", 0, 10, "ok", 0, owner === null ? undefined : { node: owner, boot: `${owner}-b1` });
-  b.consume("c0", "t", "m1", "t-d1", 12, 13, { node: owner ?? "n1", boot: `${owner ?? "n1"}-b1` });
+  const parentNode = o.parentNode ?? owner ?? "n1";
+  b.consume("c0", "t", "m1", "t-d1", 12, 13, { node: parentNode, boot: `${parentNode}-b1` });
   b.ack("c0", "t", "m1", "t-d1", 14, 15);
   const first = b.consume("c1", "c", "m1", "c-d1", 20, 21, { partition: p1, offset: o1, node: copyNode, boot: bootAt(copyNode, 20) });
   const ack = b.ack("c1", "c", "m1", "c-d1", 30, 31);
@@ -147,7 +150,7 @@ test("re-copy explained: a power loss of the parent's owner within ack_sync_ms +
 });
 
 test("explainsRecopy: the window of each role the faulted node plays", () => {
-  const env = { slackNs: 50e6, ackFlushNs: 100e6, ackSyncNs: 1000e6, produceInvNs: 0, parentOwner: 1, viaNodes: [7], answerNs: 100e6 };
+  const env = { slackNs: 50e6, ackFlushNs: 100e6, ackSyncNs: 1000e6, produceInvNs: 0, parentOwners: [1], viaNodes: [7], answerNs: 100e6 };
   const y = { partition: 0, offset: 0, firstDeliveryNs: 20e6, node: 2 };
   const local = { ...y, node: 1 };
   const x = { partition: 1, offset: 0, firstDeliveryNs: 5000e6, node: 2 };
@@ -208,9 +211,12 @@ test("re-copy explained: a kill of the node that stored the copy (the copier's f
   explainedBy(scenario({ copyNode: "n2", fault: { kind: "kill", node: "n2", atMs: 60 } }));
 });
 
-test("without the owner in the produce's ok, a kill of the parent's owner explains no re-copy", () => {
+test("without the owner in the produce's ok (its answer was lost), the node that delivered it on the parent path stands for the owner", () => {
   explainedBy(scenario({ owner: "n1", copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 60 } }));
-  invalidAsDuplicate(scenario({ owner: null, copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 60 } }));
+  explainedBy(scenario({ owner: null, parentNode: "n1", copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 60 } }));
+  invalidAsDuplicate(scenario({ owner: null, parentNode: "n3", copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 60 } }));
+  // The ok's owner wins over the parent path's deliveries (a later owner, after a move).
+  invalidAsDuplicate(scenario({ owner: "n3", parentNode: "n1", copyNode: "n2", fault: { kind: "kill", node: "n1", atMs: 60 } }));
 });
 
 test("remote child: a kill of a node of the other cluster that the config lists explains a re-push; unlisted, it does not", () => {

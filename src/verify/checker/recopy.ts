@@ -20,8 +20,9 @@
 // What the history shows of a copy: its deliveries (same path, partition and offset), the first
 // of which completed after the copy existed. So for a fault F to explain copy X as a re-copy of
 // copy Y (each window widened by the slack):
-//   - F is a kill or power loss of the parent's owner (the node the produce's ok names: without it,
-//     case 1 is never assumed), of the node that delivered Y, or of one of `viaNodes`: for a
+//   - F is a kill or power loss of the parent's owner (the node the produce's ok names; when the ok
+//     does not say, e.g. its answer was lost, the nodes that delivered the message on the parent
+//     path: the owners of its partition), of the node that delivered Y, or of one of `viaNodes`: for a
 //     fan-out, delay or remote child the nodes that delivered on its path (the owners of its
 //     partitions) and the remote child's listed nodes; none for a replica (one partition a batch);
 //   - F did not end before the produce began (no copy can exist earlier);
@@ -69,8 +70,12 @@ export interface RecopyEnv {
   ackSyncNs: number;
   /** When the produce began. */
   produceInvNs: number;
-  /** The parent partition's owner from the produce's ok; -1 when the history does not say. */
-  parentOwner: number;
+  /**
+   * The parent partition's owner: the node the produce's ok names; when the ok does not say (an
+   * ambiguous produce, or an older history), the nodes that delivered the message on the parent
+   * path (the owners of its partition). Empty when neither says.
+   */
+  parentOwners: readonly number[];
   /** Nodes other than the copy's own that a batch with the copy may have gone to or through. */
   viaNodes: readonly number[];
   /**
@@ -104,7 +109,7 @@ export function explainsRecopy(f: RecopyFault, y: CopyView, x: CopyView, env: Re
   // The widest window among the roles the faulted node plays for this copy.
   const any = f.node < 0;
   let windowNs = -Infinity;
-  if (env.parentOwner >= 0 && (any || f.node === env.parentOwner)) {
+  if (env.parentOwners.length > 0 && (any || env.parentOwners.includes(f.node))) {
     const cursorNs = f.kind === "power-loss" ? env.ackSyncNs + env.ackFlushNs : env.ackFlushNs;
     windowNs = cursorNs + env.answerNs;
   }

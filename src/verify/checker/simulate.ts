@@ -7,8 +7,11 @@
 // different processes overlap as they do on a real network. The broker model:
 //   - topic "t" with `partitions` partitions spread over `nodes` nodes, a fan-out child "t.fan"
 //     (its own visibility timeout) and a delay child "t.delay", and an unrelated topic "u";
-//   - a 202 only for a committed message; refusals (429) store nothing; children get their copy at
-//     commit, a delay child's becomes visible `delayMs` later;
+//   - a 202 only for a committed message, naming the partition's owner; refusals (429) store
+//     nothing; children get their copy at commit, a delay child's becomes visible `delayMs` later;
+//   - a kill of a parent partition's owner makes its copier copy again, when the node is back, the
+//     copies it made within ack_flush_ms before the kill (a power loss: ack_sync_ms), as a copier
+//     whose cursors had not reached the disk does: second copies the checker must explain;
 //   - leases with the visibility timeout, lapsing exactly at expiry; ack / extend / nack answer 204
 //     only for the live handle, else 410;
 //   - acks reach the OS at the next ack_flush_ms tick and the disk at the next ack_sync_ms tick
@@ -35,6 +38,7 @@ import { HistoryWriter } from "../history/writer.js";
  *   replay-skip        a replay leaves out one offset                     → skip
  *   redeliver-acked    an acked message comes back without any fault      → duplicate-after-ack
  *   lose-message       a committed message is never handed out            → lost
+ *   recopy-on-terminate  a graceful stop makes the copier copy again too  → duplicate-after-ack
  */
 export type SimBug =
   | "ack-not-persisted"
@@ -44,7 +48,8 @@ export type SimBug =
   | "refused-stored"
   | "replay-skip"
   | "redeliver-acked"
-  | "lose-message";
+  | "lose-message"
+  | "recopy-on-terminate";
 
 export interface SimOptions {
   seed: number;
@@ -144,6 +149,8 @@ interface Node {
   boot: string;
   /** Acks not yet known to be synced: [ackNs, entry]. */
   recentAcks: Array<[number, Entry]>;
+  /** Child copies its copier made lately (of parent partitions it owns): [copyNs, msg]. */
+  recentCopies: Array<[number, string]>;
 }
 
 function heapPush<T>(h: Array<[number, T]>, item: [number, T]): void {
@@ -303,7 +310,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
 
   const agenda = new Agenda();
   const nodes: Node[] = [];
-  for (let i = 0; i < nNodes; i++) nodes.push({ name: `n${i + 1}`, up: true, bootSeq: 0, boot: `n${i + 1}-b0`, recentAcks: [] });
+  for (let i = 0; i < nNodes; i++) nodes.push({ name: `n${i + 1}`, up: true, bootSeq: 0, boot: `n${i + 1}-b0`, recentAcks: [], recentCopies: [] });
   const parts: Part[][] = topicNames.map((_, topic) => {
     const n = topic === T ? nParts : 1;
     return Array.from({ length: n }, (_, index) => ({
@@ -371,14 +378,15 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
     return null;
   };
 
-  const commit = (topic: number, partition: number, msg: string, now: number): Entry => {
+  /** Appends to a partition; a delay child's copy becomes visible `delayMs` after `committedNs` (default now). */
+  const commit = (topic: number, partition: number, msg: string, now: number, committedNs = now): Entry => {
     const p = parts[topic]![partition]!;
     const e: Entry = {
       topic,
       partition,
       offset: p.log.length,
       msg,
-      visibleAtNs: topic === DELAY ? now + delayMs * MS : now,
+      visibleAtNs: topic === DELAY ? Math.max(now, committedNs + delayMs * MS) : now,
       state: AVAILABLE,
       handle: null,
       expiryNs: 0,
@@ -439,7 +447,8 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         const e = commit(T, chosen.index, msg, agenda.nowNs);
         commit(FAN, 0, msg, agenda.nowNs);
         commit(DELAY, 0, msg, agenda.nowNs);
-        respond("ok", { partition: chosen.index, offset: e.offset, status: 202 }, node, node.bootSeq);
+        node.recentCopies.push([agenda.nowNs, msg]);
+        respond("ok", { partition: chosen.index, offset: e.offset, status: 202, node: node.name, boot: node.boot }, node, node.bootSeq);
       });
     };
     agenda.at(think(3), step);
@@ -706,6 +715,12 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
           }
         }
         node.recentAcks = [];
+        // Its copier's cursors lag its copies by up to a flush (a power loss: a sync): those
+        // copies are made again when it is back. A terminate syncs the cursors first.
+        const recopyWindowNs = (kind === "kill" ? flushMs : syncMs) * MS;
+        const recopy = kind !== "terminate" || bug === "recopy-on-terminate" ? node.recentCopies.filter(([c]) => c > now - recopyWindowNs) : [];
+        if (kind === "terminate" && recopy.length > 0) bugTriggered++;
+        node.recentCopies = [];
         agenda.at(now + lat(), () => {
           emit("nemesis", "ok", "fault", { kind, node: node.name, ...(kind === "terminate" ? { exit_code: 0 } : { signal: "SIGKILL" }) });
           agenda.at(agenda.nowNs + Math.round((30 + rnd() * 200) * MS), () => {
@@ -714,6 +729,10 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
               node.bootSeq++;
               node.boot = `${node.name}-b${node.bootSeq}`;
               node.up = true;
+              for (const [copiedNs, msg] of recopy) {
+                commit(FAN, 0, msg, agenda.nowNs);
+                commit(DELAY, 0, msg, agenda.nowNs, copiedNs);
+              }
               agenda.at(agenda.nowNs + lat(), () => {
                 emit("nemesis", "ok", "fault", { kind: "start", node: node.name, boot: node.boot, pid: 1000 + node.bootSeq });
                 agenda.at(agenda.nowNs + Math.round(faultEveryNs * (0.5 + rnd())), step);
@@ -731,6 +750,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
     const horizon = agenda.nowNs - (flushMs + syncMs) * 2 * MS;
     for (const n of nodes) {
       if (n.recentAcks.length > 0 && n.recentAcks[0]![0] < horizon) n.recentAcks = n.recentAcks.filter(([t]) => t >= horizon);
+      if (n.recentCopies.length > 0 && n.recentCopies[0]![0] < horizon) n.recentCopies = n.recentCopies.filter(([t]) => t >= horizon);
     }
     // A drain that never settles is a bug of this model, not a slow run.
     if (draining && agenda.nowNs - drainStartNs > 600_000 * MS) throw new Error(`simulation ${options.seed}: the drain did not settle`);
