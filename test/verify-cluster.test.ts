@@ -101,13 +101,14 @@ describe("cluster suites (three nodes, security on)", { timeout: 240_000 }, () =
     assertValid(r);
     const rep = r.report!;
     for (const a of ["lost", "misrouted", "early-delivery"] as const) assert.equal(rep.anomalyCounts[a] ?? 0, 0, explain(r));
-    // The topology the checker judged: four children, the remote one on the two nodes of the other cluster.
+    // The topology the checker judged: four children, the remote one on the two nodes of the other
+    // cluster; each with how long its copier waits for a copy's answer (the forward timeout, the push's).
     assert.deepEqual(r.config.children, {
       t: [
-        { topic: "t.fan", kind: "fanout" },
-        { topic: "t.delay", kind: "delay", delay_ms: 5_000 },
-        { topic: "t.replica", kind: "replica" },
-        { topic: "remote-t", kind: "remote", nodes: ["r1", "r2"] },
+        { topic: "t.fan", kind: "fanout", copy_timeout_ms: 5_000 },
+        { topic: "t.delay", kind: "delay", delay_ms: 5_000, copy_timeout_ms: 5_000 },
+        { topic: "t.replica", kind: "replica", copy_timeout_ms: 5_000 },
+        { topic: "remote-t", kind: "remote", nodes: ["r1", "r2"], copy_timeout_ms: 10_000 },
       ],
     });
     assert.equal(rep.counts.pairs.total, 5 * rep.counts.messages, explain(r));

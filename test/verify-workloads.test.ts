@@ -75,13 +75,14 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     // At least those two faults, however slow restarts are on this machine.
     const r = await runWorkload({ workload: "children", outDir: await outDir(), seed, durationS: 4, faultIntervalMs: schedule.intervalMs, faultHoldMs: schedule.holdMs, faultsMin: 2 });
     assertValid(r);
-    // The config line names the children, the remote one by its topic on the other node.
+    // The config line names the children, the remote one by its topic on the other node with the
+    // push's timeout (on one node the local children's copies are appends: no timeout).
     const first = JSON.parse((await readFile(r.historyPath, "utf8")).split("\n", 1)[0]!) as { value: { children: Record<string, unknown>; topics: Record<string, unknown> } };
     assert.deepEqual(first.value.children, {
       t: [
         { topic: "t.fan", kind: "fanout" },
         { topic: "t.delay", kind: "delay", delay_ms: 5_000 },
-        { topic: "remote-t", kind: "remote", nodes: ["r1"] },
+        { topic: "remote-t", kind: "remote", nodes: ["r1"], copy_timeout_ms: 10_000 },
       ],
     });
     assert.deepEqual(Object.keys(first.value.topics).sort(), ["remote-t", "t", "t.delay", "t.fan"]);
