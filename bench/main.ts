@@ -185,6 +185,46 @@ async function prefill(pool: Pool, topic: string, count: number): Promise<void> 
   );
 }
 
+/** One 1 KiB message a request, answered 202. */
+const produceOp = (p: Pool, path: string) => async () => {
+  const r = await p.request({ method: "POST", path, body: PAYLOAD });
+  await r.body.arrayBuffer();
+  if (r.statusCode !== 202) throw new Error(String(r.statusCode));
+  return 1;
+};
+
+/** Up to 100 messages in one binary answer, then one request acking them all. */
+const consumeBatchOp = (p: Pool, topic: string) => async () => {
+  const r = await p.request({ method: "POST", path: `/v1/topics/${topic}/consume/batch?max_messages=100`, headers: { accept: DELIVERIES_TYPE } });
+  const ds = decodeDeliveries(Buffer.from(await r.body.arrayBuffer()));
+  if (typeof ds === "string") throw new Error(ds);
+  if (ds.length === 0) return 0;
+  const a = await p.request({
+    method: "POST",
+    path: `/v1/topics/${topic}/ack/batch`,
+    body: JSON.stringify({ receipt_handles: ds.map((m) => m.receiptHandle) }),
+    headers: { "content-type": "application/json" },
+  });
+  await a.body.arrayBuffer();
+  if (a.statusCode !== 200) throw new Error(String(a.statusCode));
+  return ds.length;
+};
+
+/** One request a message: each loop acks its previous message on its next consume (?ack=H). */
+function ackNextOp(p: Pool, topic: string): (loop: number) => Promise<number> {
+  const lastHandle: (string | undefined)[] = [];
+  return async (loop) => {
+    const prev = lastHandle[loop];
+    lastHandle[loop] = undefined;
+    const r = await p.request({ method: "POST", path: prev === undefined ? `/v1/topics/${topic}/consume` : `/v1/topics/${topic}/consume?ack=${prev}` });
+    await r.body.arrayBuffer();
+    // 410: the lease lapsed between two runs of the figure (longer BENCH_SECONDS); the next op starts afresh.
+    if (r.statusCode !== 200) throw new Error(String(r.statusCode));
+    lastHandle[loop] = r.headers["narad-receipt-handle"] as string;
+    return 1;
+  };
+}
+
 async function rssMiB(pid: number): Promise<number> {
   const s = await readFile(`/proc/${pid}/status`, "utf8");
   const m = /VmRSS:\s+(\d+) kB/.exec(s);
@@ -230,12 +270,6 @@ async function main(): Promise<void> {
       // fdatasync per group commit (more, smaller commits for the same load): shown beside it.
       await createTopic(np, "bench-produce-1", 1);
       await createTopic(np, "bench-produce", 3);
-      const produceOp = (p: Pool, path: string) => async () => {
-        const r = await p.request({ method: "POST", path, body: PAYLOAD });
-        await r.body.arrayBuffer();
-        if (r.statusCode !== 202) throw new Error(String(r.statusCode));
-        return 1;
-      };
       const [base, plainB, n1, n3] = (await interleaved(
         (s) => closedLoop(64, s, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid),
         (s) => closedLoop(64, s, produceOp(pp, "/v1/topics/x/messages"), plain.proc.pid),
@@ -288,23 +322,11 @@ async function main(): Promise<void> {
         if (a.statusCode !== 204) throw new Error(String(a.statusCode));
         return 1;
       };
-      // One request a message: each loop acks its previous message on its next consume (?ack=H).
-      const lastHandle: (string | undefined)[] = [];
-      const ackNextOp = async (loop: number) => {
-        const prev = lastHandle[loop];
-        lastHandle[loop] = undefined;
-        const r = await np.request({ method: "POST", path: prev === undefined ? "/v1/topics/bench-acknext/consume" : `/v1/topics/bench-acknext/consume?ack=${prev}` });
-        await r.body.arrayBuffer();
-        // 410: the lease lapsed between two runs of the figure (longer BENCH_SECONDS); the next op starts afresh.
-        if (r.statusCode !== 200) throw new Error(String(r.statusCode));
-        lastHandle[loop] = r.headers["narad-receipt-handle"] as string;
-        return 1;
-      };
       const [plainB, shapedB, two, one] = (await interleaved(
         (s) => closedLoop(64, s, plainOp(pp), plain.proc.pid),
         (s) => closedLoop(64, s, twoRequestsOp(sp), shaped.proc.pid),
         (s) => closedLoop(64, s, twoRequestsOp(np), node.proc.pid),
-        (s) => closedLoop(64, s, ackNextOp, node.proc.pid),
+        (s) => closedLoop(64, s, ackNextOp(np, "bench-acknext"), node.proc.pid),
       )) as [LoadResult, LoadResult, LoadResult, LoadResult];
       row("consume+ack, 1 msg/request, the ack riding on the next consume, 64 in flight (msgs/s)", fmt(one.perS), `plain ${fmt(plainB.perS)} req/s`, one.perS / plainB.perS, ">= 0.5x plain");
       row("consume+ack, 1 msg/request, consume then ack (two requests), 64 in flight (msgs/s)", fmt(two.perS), `plain ${fmt(plainB.perS)} req/s`, two.perS / plainB.perS, "(shown beside it)");
@@ -314,21 +336,7 @@ async function main(): Promise<void> {
     if (want("consume-batch")) {
       await createTopic(np, "bench-cbatch", 3);
       await prefill(np, "bench-cbatch", Math.min(170_000 * SECONDS * ROUNDS, 2_600_000));
-      const [n] = (await interleaved((s) => closedLoop(8, s, async () => {
-        const r = await np.request({ method: "POST", path: "/v1/topics/bench-cbatch/consume/batch?max_messages=100", headers: { accept: DELIVERIES_TYPE } });
-        const ds = decodeDeliveries(Buffer.from(await r.body.arrayBuffer()));
-        if (typeof ds === "string") throw new Error(ds);
-        if (ds.length === 0) return 0;
-        const a = await np.request({
-          method: "POST",
-          path: "/v1/topics/bench-cbatch/ack/batch",
-          body: JSON.stringify({ receipt_handles: ds.map((m) => m.receiptHandle) }),
-          headers: { "content-type": "application/json" },
-        });
-        await a.body.arrayBuffer();
-        if (a.statusCode !== 200) throw new Error(String(a.statusCode));
-        return ds.length;
-      }, node.proc.pid))) as [LoadResult];
+      const [n] = (await interleaved((s) => closedLoop(8, s, consumeBatchOp(np, "bench-cbatch"), node.proc.pid))) as [LoadResult];
       row("consume+ack, batches of 100, 8 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~134 000 (recorded)", n.perS / 134_000, ">= 134 000 msgs/s (ratio to goal)");
     }
 
