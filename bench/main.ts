@@ -17,6 +17,7 @@ import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE } from "../src/protocol/wire.js";
+import { track } from "./cleanup.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -46,13 +47,16 @@ async function spawnUntil(args: string[], re: RegExp, env: Record<string, string
   return { proc, m };
 }
 
+/** Stops `proc` (SIGTERM, then waits for it); until then cleanup.ts stops it on a signal or kills it on a bare exit. */
 function stopper(proc: ChildProcess): () => Promise<void> {
-  return () =>
-    new Promise((res) => {
+  const stop = () =>
+    new Promise<void>((res) => {
       if (proc.exitCode !== null) return res();
       proc.once("exit", () => res());
       proc.kill("SIGTERM");
-    });
+    }).then(untrack);
+  const untrack = track({ kill: () => proc.kill("SIGKILL"), stop });
+  return stop;
 }
 
 async function baseline(mode: "plain" | "durable" | "shaped", dir: string): Promise<Proc> {
@@ -250,6 +254,7 @@ const want = (name: string) => ONLY.size === 0 || ONLY.has(name);
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), "narad-bench-"));
+  const untrackWork = track({ dir: work, stop: () => rm(work, { recursive: true, force: true }) });
   const procs: Proc[] = [];
   try {
     process.stdout.write(`narad bench: ${SECONDS} s a figure, 1 KiB messages, data in ${work}\n`);
@@ -354,6 +359,7 @@ async function main(): Promise<void> {
         startCluster(o: { nodes: number; security: boolean }): Promise<{ urls: string[]; nodes: { id: string; url: string; pid: number | undefined }[]; stop(): Promise<void> }>;
       };
       const cluster = await startCluster({ nodes: 3, security: false });
+      const untrackCluster = track({ stop: () => cluster.stop() });
       try {
         const c0 = pool(cluster.urls[0]!, 128);
         await createTopic(c0, "bench-fwd", 1);
@@ -398,6 +404,7 @@ async function main(): Promise<void> {
         await Promise.all([c0.close(), po.close(), pf.close()]);
       } finally {
         await cluster.stop();
+        untrackCluster();
       }
     }
 
@@ -414,6 +421,7 @@ async function main(): Promise<void> {
   } finally {
     for (const p of procs) await p.stop();
     await rm(work, { recursive: true, force: true });
+    untrackWork();
   }
   process.stdout.write("\n| figure | narad | baseline (same run) | ratio | goal |\n|---|---|---|---|---|\n");
   for (const r of rows) process.stdout.write(`| ${r.figure} | ${r.narad} | ${r.baseline} | ${r.ratio} | ${r.goal} |\n`);
