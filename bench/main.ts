@@ -9,6 +9,9 @@
 // figure takes, each interleaved with its baseline (A B A B A B), reported as medians: on a shared
 // two-core VM one run of a figure can differ from the next by a third, and interleaving lets a
 // slow spell hit both sides. BENCH_ONLY=name,name runs a subset.
+//
+// The peer brokers (NATS JetStream, BullMQ on Redis) are measured live in this run when their
+// servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq).
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, readFile } from "node:fs/promises";
@@ -17,6 +20,7 @@ import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE } from "../src/protocol/wire.js";
+import { benchPeers, PEER_NAMES } from "./peers.js";
 import { track } from "./cleanup.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -99,7 +103,7 @@ async function interleaved(...loads: ((seconds: number) => Promise<LoadResult>)[
   }));
 }
 
-interface LoadResult {
+export interface LoadResult {
   ops: number;
   seconds: number;
   perS: number;
@@ -417,6 +421,27 @@ async function main(): Promise<void> {
         process.stdout.write(`  checker: not measured (${(e as Error).message})\n`);
       }
     }
+    if (PEER_NAMES.some(want)) {
+      await benchPeers({
+        seconds: SECONDS,
+        rounds: ROUNDS,
+        warmupSeconds: WARMUP_SECONDS,
+        payload: PAYLOAD,
+        want,
+        closedLoop,
+        interleaved,
+        row,
+        fmt,
+        narad: {
+          pid: node.proc.pid!,
+          createTopic: (name, partitions) => createTopic(np, name, partitions),
+          prefill: (topic, count) => prefill(np, topic, count),
+          produceOp: (topic) => produceOp(np, `/v1/topics/${topic}/messages`),
+          consumeBatchOp: (topic) => consumeBatchOp(np, topic),
+          ackNextOp: (topic) => ackNextOp(np, topic),
+        },
+      });
+    }
     await Promise.all([np.close(), pp.close(), dp.close()]);
   } finally {
     for (const p of procs) await p.stop();
@@ -425,7 +450,7 @@ async function main(): Promise<void> {
   }
   process.stdout.write("\n| figure | narad | baseline (same run) | ratio | goal |\n|---|---|---|---|---|\n");
   for (const r of rows) process.stdout.write(`| ${r.figure} | ${r.narad} | ${r.baseline} | ${r.ratio} | ${r.goal} |\n`);
-  process.stdout.write("\nPeer brokers (shared/peers/results.md, recorded 2026-11-30 on this machine kind): NATS JetStream thin client w256 163 751 publishes/s (no fsync), batch-100 pull consume+ack 134 353/s; RabbitMQ quorum w256 42 373/s; BullMQ AOF always w64 26 348/s.\n");
+  process.stdout.write("\nPeer brokers as recorded, not measured in this run (shared/peers/results.md, 2026-11-30, this machine kind): NATS JetStream thin client w256 163 751 publishes/s (no fsync), batch-100 pull consume+ack 134 353/s; RabbitMQ quorum w256 42 373/s; BullMQ AOF always w64 26 348/s.\n");
 }
 
 await main();
