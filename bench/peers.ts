@@ -251,7 +251,8 @@ async function benchNats(h: Harness, exe: string): Promise<void> {
   let nc: NatsConnection | undefined;
   let thin: ThinNats | undefined;
   try {
-    const pid = { "nats-server": server.pid };
+    // Narad stays up while a peer runs: its CPU is shown too, to see that it is idle then.
+    const pid = { "nats-server": server.pid, "narad (idle)": h.narad.pid };
     nc = await nats.connect({ servers: `127.0.0.1:${server.ready[1]}`, maxPingOut: 100 });
     const jsm = await nc.jetstreamManager();
     const js = nc.jetstream();
@@ -490,7 +491,7 @@ async function startRedis(exe: string): Promise<{ server: PeerServer; port: numb
 async function benchBullmq(h: Harness, exe: string): Promise<void> {
   const { Queue, Worker } = await import("bullmq");
   const { server, port } = await startRedis(exe);
-  const pid = { "redis-server": server.pid };
+  const pid = { "redis-server": server.pid, "narad (idle)": h.narad.pid };
   // The Worker needs maxRetriesPerRequest: null (it blocks on Redis); the queues fail after ioredis's retries instead.
   const connection = { host: "127.0.0.1", port };
   const jobOptions = { removeOnComplete: true, removeOnFail: true };
