@@ -9,6 +9,9 @@
 // figure takes, each interleaved with its baseline (A B A B A B), reported as medians: on a shared
 // two-core VM one run of a figure can differ from the next by a third, and interleaving lets a
 // slow spell hit both sides. BENCH_ONLY=name,name runs a subset.
+//
+// The peer brokers (NATS JetStream, BullMQ on Redis) are measured live in this run when their
+// servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq).
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, readFile } from "node:fs/promises";
@@ -17,6 +20,8 @@ import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE } from "../src/protocol/wire.js";
+import { benchPeers, PEER_NAMES } from "./peers.js";
+import { track } from "./cleanup.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -46,13 +51,16 @@ async function spawnUntil(args: string[], re: RegExp, env: Record<string, string
   return { proc, m };
 }
 
+/** Stops `proc` (SIGTERM, then waits for it); until then cleanup.ts stops it on a signal or kills it on a bare exit. */
 function stopper(proc: ChildProcess): () => Promise<void> {
-  return () =>
-    new Promise((res) => {
+  const stop = () =>
+    new Promise<void>((res) => {
       if (proc.exitCode !== null) return res();
       proc.once("exit", () => res());
       proc.kill("SIGTERM");
-    });
+    }).then(untrack);
+  const untrack = track({ kill: () => proc.kill("SIGKILL"), stop });
+  return stop;
 }
 
 async function baseline(mode: "plain" | "durable" | "shaped", dir: string): Promise<Proc> {
@@ -95,7 +103,7 @@ async function interleaved(...loads: ((seconds: number) => Promise<LoadResult>)[
   }));
 }
 
-interface LoadResult {
+export interface LoadResult {
   ops: number;
   seconds: number;
   perS: number;
@@ -185,6 +193,46 @@ async function prefill(pool: Pool, topic: string, count: number): Promise<void> 
   );
 }
 
+/** One 1 KiB message a request, answered 202. */
+const produceOp = (p: Pool, path: string) => async () => {
+  const r = await p.request({ method: "POST", path, body: PAYLOAD });
+  await r.body.arrayBuffer();
+  if (r.statusCode !== 202) throw new Error(String(r.statusCode));
+  return 1;
+};
+
+/** Up to 100 messages in one binary answer, then one request acking them all. */
+const consumeBatchOp = (p: Pool, topic: string) => async () => {
+  const r = await p.request({ method: "POST", path: `/v1/topics/${topic}/consume/batch?max_messages=100`, headers: { accept: DELIVERIES_TYPE } });
+  const ds = decodeDeliveries(Buffer.from(await r.body.arrayBuffer()));
+  if (typeof ds === "string") throw new Error(ds);
+  if (ds.length === 0) return 0;
+  const a = await p.request({
+    method: "POST",
+    path: `/v1/topics/${topic}/ack/batch`,
+    body: JSON.stringify({ receipt_handles: ds.map((m) => m.receiptHandle) }),
+    headers: { "content-type": "application/json" },
+  });
+  await a.body.arrayBuffer();
+  if (a.statusCode !== 200) throw new Error(String(a.statusCode));
+  return ds.length;
+};
+
+/** One request a message: each loop acks its previous message on its next consume (?ack=H). */
+function ackNextOp(p: Pool, topic: string): (loop: number) => Promise<number> {
+  const lastHandle: (string | undefined)[] = [];
+  return async (loop) => {
+    const prev = lastHandle[loop];
+    lastHandle[loop] = undefined;
+    const r = await p.request({ method: "POST", path: prev === undefined ? `/v1/topics/${topic}/consume` : `/v1/topics/${topic}/consume?ack=${prev}` });
+    await r.body.arrayBuffer();
+    // 410: the lease lapsed between two runs of the figure (longer BENCH_SECONDS); the next op starts afresh.
+    if (r.statusCode !== 200) throw new Error(String(r.statusCode));
+    lastHandle[loop] = r.headers["narad-receipt-handle"] as string;
+    return 1;
+  };
+}
+
 async function rssMiB(pid: number): Promise<number> {
   const s = await readFile(`/proc/${pid}/status`, "utf8");
   const m = /VmRSS:\s+(\d+) kB/.exec(s);
@@ -210,6 +258,7 @@ const want = (name: string) => ONLY.size === 0 || ONLY.has(name);
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), "narad-bench-"));
+  const untrackWork = track({ dir: work, stop: () => rm(work, { recursive: true, force: true }) });
   const procs: Proc[] = [];
   try {
     process.stdout.write(`narad bench: ${SECONDS} s a figure, 1 KiB messages, data in ${work}\n`);
@@ -230,12 +279,6 @@ async function main(): Promise<void> {
       // fdatasync per group commit (more, smaller commits for the same load): shown beside it.
       await createTopic(np, "bench-produce-1", 1);
       await createTopic(np, "bench-produce", 3);
-      const produceOp = (p: Pool, path: string) => async () => {
-        const r = await p.request({ method: "POST", path, body: PAYLOAD });
-        await r.body.arrayBuffer();
-        if (r.statusCode !== 202) throw new Error(String(r.statusCode));
-        return 1;
-      };
       const [base, plainB, n1, n3] = (await interleaved(
         (s) => closedLoop(64, s, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid),
         (s) => closedLoop(64, s, produceOp(pp, "/v1/topics/x/messages"), plain.proc.pid),
@@ -288,23 +331,11 @@ async function main(): Promise<void> {
         if (a.statusCode !== 204) throw new Error(String(a.statusCode));
         return 1;
       };
-      // One request a message: each loop acks its previous message on its next consume (?ack=H).
-      const lastHandle: (string | undefined)[] = [];
-      const ackNextOp = async (loop: number) => {
-        const prev = lastHandle[loop];
-        lastHandle[loop] = undefined;
-        const r = await np.request({ method: "POST", path: prev === undefined ? "/v1/topics/bench-acknext/consume" : `/v1/topics/bench-acknext/consume?ack=${prev}` });
-        await r.body.arrayBuffer();
-        // 410: the lease lapsed between two runs of the figure (longer BENCH_SECONDS); the next op starts afresh.
-        if (r.statusCode !== 200) throw new Error(String(r.statusCode));
-        lastHandle[loop] = r.headers["narad-receipt-handle"] as string;
-        return 1;
-      };
       const [plainB, shapedB, two, one] = (await interleaved(
         (s) => closedLoop(64, s, plainOp(pp), plain.proc.pid),
         (s) => closedLoop(64, s, twoRequestsOp(sp), shaped.proc.pid),
         (s) => closedLoop(64, s, twoRequestsOp(np), node.proc.pid),
-        (s) => closedLoop(64, s, ackNextOp, node.proc.pid),
+        (s) => closedLoop(64, s, ackNextOp(np, "bench-acknext"), node.proc.pid),
       )) as [LoadResult, LoadResult, LoadResult, LoadResult];
       row("consume+ack, 1 msg/request, the ack riding on the next consume, 64 in flight (msgs/s)", fmt(one.perS), `plain ${fmt(plainB.perS)} req/s`, one.perS / plainB.perS, ">= 0.5x plain");
       row("consume+ack, 1 msg/request, consume then ack (two requests), 64 in flight (msgs/s)", fmt(two.perS), `plain ${fmt(plainB.perS)} req/s`, two.perS / plainB.perS, "(shown beside it)");
@@ -314,21 +345,7 @@ async function main(): Promise<void> {
     if (want("consume-batch")) {
       await createTopic(np, "bench-cbatch", 3);
       await prefill(np, "bench-cbatch", Math.min(170_000 * SECONDS * ROUNDS, 2_600_000));
-      const [n] = (await interleaved((s) => closedLoop(8, s, async () => {
-        const r = await np.request({ method: "POST", path: "/v1/topics/bench-cbatch/consume/batch?max_messages=100", headers: { accept: DELIVERIES_TYPE } });
-        const ds = decodeDeliveries(Buffer.from(await r.body.arrayBuffer()));
-        if (typeof ds === "string") throw new Error(ds);
-        if (ds.length === 0) return 0;
-        const a = await np.request({
-          method: "POST",
-          path: "/v1/topics/bench-cbatch/ack/batch",
-          body: JSON.stringify({ receipt_handles: ds.map((m) => m.receiptHandle) }),
-          headers: { "content-type": "application/json" },
-        });
-        await a.body.arrayBuffer();
-        if (a.statusCode !== 200) throw new Error(String(a.statusCode));
-        return ds.length;
-      }, node.proc.pid))) as [LoadResult];
+      const [n] = (await interleaved((s) => closedLoop(8, s, consumeBatchOp(np, "bench-cbatch"), node.proc.pid))) as [LoadResult];
       row("consume+ack, batches of 100, 8 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~134 000 (recorded)", n.perS / 134_000, ">= 134 000 msgs/s (ratio to goal)");
     }
 
@@ -346,6 +363,7 @@ async function main(): Promise<void> {
         startCluster(o: { nodes: number; security: boolean }): Promise<{ urls: string[]; nodes: { id: string; url: string; pid: number | undefined }[]; stop(): Promise<void> }>;
       };
       const cluster = await startCluster({ nodes: 3, security: false });
+      const untrackCluster = track({ stop: () => cluster.stop() });
       try {
         const c0 = pool(cluster.urls[0]!, 128);
         await createTopic(c0, "bench-fwd", 1);
@@ -390,6 +408,7 @@ async function main(): Promise<void> {
         await Promise.all([c0.close(), po.close(), pf.close()]);
       } finally {
         await cluster.stop();
+        untrackCluster();
       }
     }
 
@@ -402,14 +421,36 @@ async function main(): Promise<void> {
         process.stdout.write(`  checker: not measured (${(e as Error).message})\n`);
       }
     }
+    if (PEER_NAMES.some(want)) {
+      await benchPeers({
+        seconds: SECONDS,
+        rounds: ROUNDS,
+        warmupSeconds: WARMUP_SECONDS,
+        payload: PAYLOAD,
+        want,
+        closedLoop,
+        interleaved,
+        row,
+        fmt,
+        narad: {
+          pid: node.proc.pid!,
+          createTopic: (name, partitions) => createTopic(np, name, partitions),
+          prefill: (topic, count) => prefill(np, topic, count),
+          produceOp: (topic) => produceOp(np, `/v1/topics/${topic}/messages`),
+          consumeBatchOp: (topic) => consumeBatchOp(np, topic),
+          ackNextOp: (topic) => ackNextOp(np, topic),
+        },
+      });
+    }
     await Promise.all([np.close(), pp.close(), dp.close()]);
   } finally {
     for (const p of procs) await p.stop();
     await rm(work, { recursive: true, force: true });
+    untrackWork();
   }
   process.stdout.write("\n| figure | narad | baseline (same run) | ratio | goal |\n|---|---|---|---|---|\n");
   for (const r of rows) process.stdout.write(`| ${r.figure} | ${r.narad} | ${r.baseline} | ${r.ratio} | ${r.goal} |\n`);
-  process.stdout.write("\nPeer brokers (shared/peers/results.md, recorded 2026-11-30 on this machine kind): NATS JetStream thin client w256 163 751 publishes/s (no fsync), batch-100 pull consume+ack 134 353/s; RabbitMQ quorum w256 42 373/s; BullMQ AOF always w64 26 348/s.\n");
+  process.stdout.write("\nPeer brokers as recorded, not measured in this run (shared/peers/results.md, 2026-11-30, this machine kind): NATS JetStream thin client w256 163 751 publishes/s (no fsync), batch-100 pull consume+ack 134 353/s; RabbitMQ quorum w256 42 373/s; BullMQ AOF always w64 26 348/s.\n");
 }
 
 await main();
