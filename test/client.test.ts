@@ -468,6 +468,36 @@ describe("SDK against a real node", () => {
       assert.equal(await client.consume(topic), null);
     });
 
+    it("process() with concurrency runs that many handlers at once, and each message once", async () => {
+      const topic = topicName("process-many");
+      await client.createTopic({ name: topic, partitions: 3 });
+      await client.produceBatch(topic, Array.from({ length: 12 }, (_, i) => ({ payload: `c${i}` })));
+      const ac = new AbortController();
+      const handled: string[] = [];
+      let active = 0;
+      let most = 0;
+      // The first four handlers wait for each other: only four loops at once can pass this.
+      let release!: () => void;
+      const allIn = new Promise<void>((r) => (release = r));
+      await client.process(
+        topic,
+        async (m) => {
+          active++;
+          most = Math.max(most, active);
+          if (most === 4) release();
+          await allIn;
+          handled.push(m.text());
+          active--;
+          if (handled.length === 12) ac.abort();
+        },
+        { concurrency: 4, waitMs: 1_000, signal: ac.signal },
+      );
+      assert.equal(most, 4);
+      assert.deepEqual(handled.sort(), Array.from({ length: 12 }, (_, i) => `c${i}`).sort());
+      assert.equal(await client.consume(topic), null, "every message acked, the last ones on the way out");
+      await assert.rejects(client.process(topic, () => undefined, { concurrency: 0 }), RangeError);
+    });
+
     it("process(): a handler that throws has its message nacked and reported to onError", async () => {
       const topic = topicName("process-fail");
       await client.createTopic({ name: topic, partitions: 1, visibilityTimeoutMs: 60_000 });

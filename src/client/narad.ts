@@ -77,6 +77,8 @@ const TOPIC_CACHE_MAX = 1024;
 const MESSAGES_ERRORS_MAX_DEFAULT = 30;
 const RETRY_BACKOFF_MS_MIN = 100;
 const RETRY_BACKOFF_MS_MAX = 5_000;
+/** process(): most loops one call may run. */
+const PROCESS_CONCURRENCY_MAX = 1000;
 /** autoExtend(): never extend more often than this, whatever the visibility timeout. */
 const EXTEND_INTERVAL_MS_MIN = 5;
 
@@ -164,6 +166,11 @@ export interface ProcessOptions {
   signal?: AbortSignal;
   /** Consecutive retryable failures (429, 503, network) before process() throws. Default 30. */
   maxConsecutiveErrors?: number;
+  /**
+   * Messages handled at once (1..1000), each by its own loop of one request a message. Default 1.
+   * The first loop that fails ends the others; process() then rejects with its error.
+   */
+  concurrency?: number;
   /**
    * Told of a handler that threw (its message was nacked) and of an ack the server refused
    * (NaradGoneError: the lease lapsed first, so the message may come back). Without it, either
@@ -514,7 +521,8 @@ export class Narad {
   }
 
   /**
-   * Runs `handler` on each message of the topic, one at a time, until `signal` aborts. A message
+   * Runs `handler` on each message of the topic, `concurrency` at a time (default 1), until
+   * `signal` aborts. A message
    * whose handler resolves is acked by the next consume (`ack` of consume(): one request a
    * message); one whose handler throws is nacked, so it is available again at once. Handlers
    * should finish within the topic's visibility timeout (slower ones: messages() and
@@ -523,9 +531,32 @@ export class Narad {
    * once aborted, after acking the last handled message.
    */
   async process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
+    const concurrency = Math.floor(opts.concurrency ?? 1);
+    if (!(concurrency >= 1 && concurrency <= PROCESS_CONCURRENCY_MAX)) throw new RangeError(`concurrency must be 1..${PROCESS_CONCURRENCY_MAX}`);
+    if (concurrency === 1) return this.#processLoop(topic, handler, opts, opts.signal ?? new AbortController().signal);
+    // Several loops, each one message at a time; the first to fail ends the others.
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(opts.signal?.reason);
+    if (opts.signal?.aborted) onAbort();
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      const loops = Array.from({ length: concurrency }, () =>
+        this.#processLoop(topic, handler, opts, stop.signal).catch((err: unknown) => {
+          stop.abort(err);
+          throw err;
+        }),
+      );
+      const results = await Promise.allSettled(loops);
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+      if (failed !== undefined) throw failed.reason;
+    } finally {
+      opts.signal?.removeEventListener("abort", onAbort);
+    }
+  }
+
+  async #processLoop(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions, signal: AbortSignal): Promise<void> {
     const waitMs = opts.waitMs ?? LIMITS.waitMsMax;
     const errorsMax = opts.maxConsecutiveErrors ?? MESSAGES_ERRORS_MAX_DEFAULT;
-    const signal = opts.signal ?? new AbortController().signal;
     const fail = async (err: unknown, m: Message) => {
       if (opts.onError === undefined) throw err;
       await opts.onError(err, m);
