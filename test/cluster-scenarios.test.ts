@@ -491,6 +491,19 @@ describe("cluster scenarios", () => {
     assert.equal((await internal(alice)).status, 202);
     const noToken = await fetch(`${ownerNode.url}/internal/v1/topics/sec-1/partitions/0/messages`, { method: "POST", body: "x", headers: { authorization: alice } });
     assert.equal(noToken.status, 403, "internal routes need the cluster token");
+    // Fencing: a node that does not own the partition refuses to store for it, certainly (not_owner),
+    // and replay through the owner shows nothing of it.
+    const stray = await fetch(`${nonOwners[0]!.url}/internal/v1/topics/sec-1/partitions/0/messages`, {
+      method: "POST",
+      body: "stray",
+      headers: { "narad-internal-token": token, authorization: alice },
+    });
+    assert.equal(stray.status, 503);
+    assert.equal(((await stray.json()) as { error: { code: string } }).error.code, "not_owner");
+    const stored = await client(ownerNode.url, alice).json("GET", "/v1/topics/sec-1/partitions/0/messages");
+    assert.equal(stored.status, 200);
+    const payloads = (stored.body.messages as { payload_base64: string }[]).map((m) => Buffer.from(m.payload_base64, "base64").toString());
+    assert.ok(payloads.includes("forwarded") && !payloads.includes("stray"), `the refused write stored nothing: ${payloads.join(",")}`);
     // A revoked grant holds on every node at once.
     const revoke = await client(nonOwners[1]!.url, admin).json("DELETE", "/v1/users/alice/grants?action=produce&pattern=sec-*");
     assert.equal(revoke.status, 204);
