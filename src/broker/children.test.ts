@@ -99,3 +99,45 @@ test("a copy stored in part is sent again without the records stored; the cursor
     assert.equal(cursors.get("r"), 5);
   });
 });
+
+test("after a graceful stop the copier still knows which records of a batch were stored, and sends only the rest", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    const logger = captureLogger().logger;
+    const log = await openPartitionLog(join(dir, "log"), logOptions(clock, logger));
+    const acks = await openAckLog(join(dir, "acks"), { clock, logger, ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false });
+    const links: ChildLink[] = [{ topic: "r", kind: "remote", url: "http://127.0.0.1:1" }];
+    const open = () => CursorFile.open(join(dir, "cursors"), { ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false, logger });
+    const pushes: number[][] = [];
+    try {
+      const first = open();
+      first.advance("r", 0);
+      // Every push stores only the even offsets: the first and its immediate resend.
+      const partly: CopySink = async (_l, rs) => {
+        pushes.push(rs.map((r) => r.offset));
+        throw new CopyPartlyStored(rs.map((r) => r.offset).filter((o) => o % 2 === 0), new Error("502"));
+      };
+      const before = new PartitionCopier("t", new Partition(0, log, acks), first, () => links, partly, clock, logger, new TestBugs([]));
+      await log.append([0, 1, 2, 3].map((i) => ({ key: null, payload: Buffer.from(`m${i}`) })), clock.nowMs()).durable;
+      before.kick();
+      await before.settled();
+      assert.deepEqual(pushes, [[0, 1, 2, 3], [1, 3]]);
+      await before.close(); // a graceful stop: cursors and stored offsets written and synced
+
+      const second = open();
+      assert.equal(second.get("r"), 0);
+      assert.deepEqual([...second.stored("r")].sort(), [0, 2]);
+      const ok: CopySink = async (_l, rs) => void pushes.push(rs.map((r) => r.offset));
+      const after = new PartitionCopier("t", new Partition(0, log, acks), second, () => links, ok, clock, logger, new TestBugs([]));
+      after.kick();
+      await after.settled();
+      assert.deepEqual(pushes.slice(2), [[1, 3]], "only the records not stored before the stop");
+      assert.equal(second.get("r"), 4);
+      assert.deepEqual(second.stored("r"), [], "forgotten once the cursor passed them");
+      await after.close();
+    } finally {
+      await log.close();
+      await acks.close();
+    }
+  });
+});

@@ -20,9 +20,10 @@
 // cluster, or a cluster's fan-out or delay copy to the owners of the child's partitions, and only
 // some stored theirs: the sink throws CopyPartlyStored) is sent again without
 // the records known stored, at once the first time, then with the back-off: the copier keeps
-// their offsets, in memory, until the cursor passes them. The cursor still moves only once every
-// record of the batch is durable on the child. A restart forgets those offsets and copies the
-// whole batch again (the kill case above).
+// their offsets until the cursor passes them, in memory and in the cursor file on the cursors'
+// schedule. The cursor still moves only once every record of the batch is durable on the child.
+// After a graceful stop the restarted copier still leaves them out; a kill may forget them, and the
+// whole batch is copied again (the kill case above).
 //
 // Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round, so the offsets
 // kept per child as stored are at most one batch's; remote pushes back off exponentially from
@@ -177,7 +178,8 @@ export class PartitionCopier {
       if (this.closed) return;
       let st = this.state.get(link.topic);
       if (st === undefined) {
-        st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined, stored: new Set() };
+        // Copies stored in part before a graceful stop are still known stored (cursor-file.ts).
+        st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined, stored: new Set(this.cursors.stored(link.topic)) };
         this.state.set(link.topic, st);
       }
       const now = this.clock.monoMs();
@@ -221,6 +223,7 @@ export class PartitionCopier {
             }
             if (e instanceof CopyPartlyStored) {
               for (const o of e.storedOffsets) st.stored.add(o);
+              this.cursors.setStored(link.topic, [...st.stored]);
               this.log.warn({ child: link.topic, kind: link.kind, err: e.message, storedKept: st.stored.size }, "copy to child stored in part; sending the rest again");
               // The rest goes again at once, once a round (the other cluster now routes it around
               // the owner that failed), so a graceful stop seldom finds a batch half copied.
@@ -239,7 +242,10 @@ export class PartitionCopier {
           st.copied += due.length;
           const next = due[due.length - 1]!.offset + 1;
           this.cursors.advance(link.topic, next);
-          for (const o of st.stored) if (o < next) st.stored.delete(o);
+          if (st.stored.size > 0) {
+            for (const o of st.stored) if (o < next) st.stored.delete(o);
+            this.cursors.setStored(link.topic, [...st.stored]);
+          }
           st.pendingSinceMs = due.length < records.length ? records[due.length]!.producedAtMs : undefined;
         }
         if (due.length < records.length) break; // the rest is not due yet

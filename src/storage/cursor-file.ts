@@ -8,13 +8,21 @@
 // child: its starting cursor must exist before the link does, or a restart could copy messages
 // produced before the attach).
 //
+// Beside each cursor the file may keep the parent offsets past it that are already durable on the
+// child (a copy stored only in part: the copier sends only the rest again). They follow the same
+// schedule, so after a graceful stop a restarted copier still leaves them out; after a kill they
+// may be forgotten, and the whole batch is copied again (the contract's kill case).
+//
 // The file holds two fixed-size slots written alternately, each with a sequence number and a
 // CRC32C, so a torn write of one slot leaves the other: recovery takes the valid slot with the
 // higher sequence. Byte layout of a slot (SLOT_BYTES = 64 KiB):
 //   0   u32  payload length L (JSON, UTF-8)
 //   4   u32  CRC32C of bytes [8, 16 + L)
 //   8   u64  sequence number (u32 low, u32 high)
-//   16  L    JSON {"child": nextOffset, ...}
+//   16  L    JSON {"child": nextOffset, ..., "~stored/child": [offset, ...], ...}
+// A "~" cannot begin a topic name, so the stored lists never read as cursors (older versions,
+// which keep only numbers, skip them). When the stored lists would not fit the slot they are left
+// out of it (logged): the copier then copies those batches whole again after a restart.
 // In the test-only power-loss mode a write goes to memory and reaches the file only with the sync.
 
 import { crc32c } from "@node-rs/crc32";
@@ -25,6 +33,8 @@ export const SLOT_BYTES = 64 * 1024;
 const HEADER = 16;
 /** Most children one parent may have: keeps the JSON within a slot. */
 export const CURSORS_MAX = 256;
+/** Key prefix of a child's stored-offsets list in the slot's JSON. */
+const STORED_PREFIX = "~stored/";
 
 export interface CursorFileOptions {
   ackFlushIntervalMs: number;
@@ -40,6 +50,8 @@ export interface CursorFileOptions {
 
 export class CursorFile {
   private readonly cursors = new Map<string, number>();
+  /** Per child: parent offsets past its cursor already durable on the child. */
+  private readonly storedOffsets = new Map<string, readonly number[]>();
   private seq = 0;
   private dirty = false;
   private pendingSlot: Buffer | undefined; // power-loss mode: written but not yet synced
@@ -64,7 +76,7 @@ export class CursorFile {
     closeSync(openSync(path, "a")); // create it if missing; O_APPEND would defeat positioned writes
     const rw = openSync(path, "r+");
     const f = new CursorFile(rw, opts);
-    let best: { seq: number; map: Record<string, number> } | undefined;
+    let best: { seq: number; map: Record<string, unknown> } | undefined;
     for (let slot = 0; slot < 2; slot++) {
       const buf = Buffer.alloc(SLOT_BYTES);
       const n = readSync(rw, buf, 0, SLOT_BYTES, slot * SLOT_BYTES);
@@ -74,7 +86,7 @@ export class CursorFile {
       if (crc32c(buf.subarray(8, HEADER + len)) !== buf.readUInt32LE(4)) continue;
       const seq = buf.readUInt32LE(8) + buf.readUInt32LE(12) * 2 ** 32;
       try {
-        const map = JSON.parse(buf.toString("utf8", HEADER, HEADER + len)) as Record<string, number>;
+        const map = JSON.parse(buf.toString("utf8", HEADER, HEADER + len)) as Record<string, unknown>;
         if (best === undefined || seq > best.seq) best = { seq, map };
       } catch {
         opts.logger.warn({ path, slot }, "cursor slot holds bad JSON; using the other slot");
@@ -82,7 +94,11 @@ export class CursorFile {
     }
     if (best !== undefined) {
       f.seq = best.seq;
-      for (const [k, v] of Object.entries(best.map)) if (Number.isSafeInteger(v) && v >= 0) f.cursors.set(k, v);
+      for (const [k, v] of Object.entries(best.map)) {
+        if (Number.isSafeInteger(v) && (v as number) >= 0) f.cursors.set(k, v as number);
+        else if (k.startsWith(STORED_PREFIX) && Array.isArray(v) && v.every((o) => Number.isSafeInteger(o) && o >= 0)) f.storedOffsets.set(k.slice(STORED_PREFIX.length), v as number[]);
+      }
+      for (const child of f.storedOffsets.keys()) if (!f.cursors.has(child)) f.storedOffsets.delete(child);
     }
     return f;
   }
@@ -103,8 +119,22 @@ export class CursorFile {
     this.dirty = true;
   }
 
+  /** Parent offsets past the child's cursor already durable on the child (none: empty). */
+  stored(child: string): readonly number[] {
+    return this.storedOffsets.get(child) ?? [];
+  }
+
+  /** Replaces the child's stored offsets in memory; they reach the disk with the cursors. */
+  setStored(child: string, offsets: readonly number[]): void {
+    const had = this.storedOffsets.has(child);
+    if (offsets.length === 0) this.storedOffsets.delete(child);
+    else this.storedOffsets.set(child, [...offsets]);
+    if (had || offsets.length > 0) this.dirty = true;
+  }
+
   /** Sets (or with undefined removes) a cursor and makes it durable before resolving. */
   async setNow(child: string, next: number | undefined): Promise<void> {
+    this.storedOffsets.delete(child);
     if (next === undefined) this.cursors.delete(child);
     else {
       if (this.cursors.size >= CURSORS_MAX && !this.cursors.has(child)) throw new Error(`a parent partition has at most ${CURSORS_MAX} children`);
@@ -116,8 +146,16 @@ export class CursorFile {
   }
 
   private encode(): Buffer {
-    const json = Buffer.from(JSON.stringify(Object.fromEntries(this.cursors)), "utf8");
+    const cursorsOnly: Record<string, number | readonly number[]> = Object.fromEntries(this.cursors);
+    let json = Buffer.from(JSON.stringify(cursorsOnly), "utf8");
     if (json.length > SLOT_BYTES - HEADER) throw new Error("copy cursors do not fit their slot");
+    if (this.storedOffsets.size > 0) {
+      const withStored = { ...cursorsOnly };
+      for (const [child, offsets] of this.storedOffsets) withStored[STORED_PREFIX + child] = offsets;
+      const full = Buffer.from(JSON.stringify(withStored), "utf8");
+      if (full.length <= SLOT_BYTES - HEADER) json = full;
+      else this.opts.logger.warn({ children: [...this.storedOffsets.keys()] }, "the offsets of copies stored in part do not fit the cursor slot; after a restart those batches are copied whole");
+    }
     this.seq++;
     const buf = Buffer.alloc(HEADER + json.length);
     buf.writeUInt32LE(json.length, 0);
