@@ -302,7 +302,9 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       const many = await req("POST", `/v1/topics/${topic}/messages/batch`, tooMany, { "content-type": BATCH_BINARY_TYPE });
       assert.equal(many.status, 413);
       assert.equal(await errorCode(many), "batch_too_large");
-      // The body's length is declared and only its first bytes are sent: the answer comes anyway.
+      // The body's length is declared and none of it is sent: the answer comes anyway. (Sending a
+      // part would race the close: a socket closed with unread bytes is reset, and a reset can
+      // drop the answer before the client reads it.)
       const u = new URL(url());
       const sock = connect(Number(u.port), u.hostname);
       let answer = "";
@@ -312,7 +314,6 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
         `POST /v1/topics/${topic}/messages/batch HTTP/1.1\r\nHost: narad\r\nContent-Type: ${BATCH_BINARY_TYPE}\r\n` +
           `Content-Length: ${LIMITS.batchBodyBytesMax + 1}\r\n\r\n`,
       );
-      sock.write(encodeBinaryBatch([{ payload: Buffer.alloc(60_000, 0x61) }]));
       await closed;
       assert.match(answer, /^HTTP\/1\.1 413 /, answer);
       assert.match(answer, /"code":"batch_too_large"/);
