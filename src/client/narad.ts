@@ -522,9 +522,9 @@ export class Narad {
 
   /**
    * Runs `handler` on each message of the topic, `concurrency` at a time (default 1), until
-   * `signal` aborts. A message
-   * whose handler resolves is acked by the next consume (`ack` of consume(): one request a
-   * message); one whose handler throws is nacked, so it is available again at once. Handlers
+   * `signal` aborts. A message whose handler resolves is acked by the next consume (`ack` of
+   * consume(): one request a message); one whose handler throws is nacked, so it is available
+   * again at once. Handlers
    * should finish within the topic's visibility timeout (slower ones: messages() and
    * autoExtend()). Retryable failures are retried with backoff as in messages(); a definite error
    * (404, 401, 403, 400) rejects. See `onError` for handler failures and refused acks. Resolves
@@ -533,8 +533,7 @@ export class Narad {
   async process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
     const concurrency = Math.floor(opts.concurrency ?? 1);
     if (!(concurrency >= 1 && concurrency <= PROCESS_CONCURRENCY_MAX)) throw new RangeError(`concurrency must be 1..${PROCESS_CONCURRENCY_MAX}`);
-    if (concurrency === 1) return this.#processLoop(topic, handler, opts, opts.signal ?? new AbortController().signal);
-    // Several loops, each one message at a time; the first to fail ends the others.
+    // `concurrency` loops, each one message at a time; the first to fail ends the others.
     const stop = new AbortController();
     const onAbort = () => stop.abort(opts.signal?.reason);
     if (opts.signal?.aborted) onAbort();

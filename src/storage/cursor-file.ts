@@ -146,16 +146,14 @@ export class CursorFile {
   }
 
   private encode(): Buffer {
-    const cursorsOnly: Record<string, number | readonly number[]> = Object.fromEntries(this.cursors);
-    let json = Buffer.from(JSON.stringify(cursorsOnly), "utf8");
-    if (json.length > SLOT_BYTES - HEADER) throw new Error("copy cursors do not fit their slot");
-    if (this.storedOffsets.size > 0) {
-      const withStored = { ...cursorsOnly };
-      for (const [child, offsets] of this.storedOffsets) withStored[STORED_PREFIX + child] = offsets;
-      const full = Buffer.from(JSON.stringify(withStored), "utf8");
-      if (full.length <= SLOT_BYTES - HEADER) json = full;
-      else this.opts.logger.warn({ children: [...this.storedOffsets.keys()] }, "the offsets of copies stored in part do not fit the cursor slot; after a restart those batches are copied whole");
+    const map: Record<string, number | readonly number[]> = Object.fromEntries(this.cursors);
+    for (const [child, offsets] of this.storedOffsets) map[STORED_PREFIX + child] = offsets;
+    let json = Buffer.from(JSON.stringify(map), "utf8");
+    if (json.length > SLOT_BYTES - HEADER && this.storedOffsets.size > 0) {
+      this.opts.logger.warn({ children: [...this.storedOffsets.keys()] }, "the offsets of copies stored in part do not fit the cursor slot; after a restart those batches are copied whole");
+      json = Buffer.from(JSON.stringify(Object.fromEntries(this.cursors)), "utf8");
     }
+    if (json.length > SLOT_BYTES - HEADER) throw new Error("copy cursors do not fit their slot");
     this.seq++;
     const buf = Buffer.alloc(HEADER + json.length);
     buf.writeUInt32LE(json.length, 0);
