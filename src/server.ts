@@ -28,7 +28,7 @@ import { ClusterService } from "./cluster/service.js";
 import type { UserStoreApi } from "./cluster/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
-import { systemClock } from "./storage/types.js";
+import { systemClock } from "./platform/clock.js";
 import type { ConfigValues } from "./cli/config.js";
 
 /** A problem the operator must fix: printed as one line, exit non-zero. */

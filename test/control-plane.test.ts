@@ -17,7 +17,7 @@ import { ControlPlaneUnavailable, MoveRefused } from "../src/cluster/errors.js";
 import { MIGRATIONS, migrate } from "../src/cluster/schema.js";
 import type { UserStoreApi } from "../src/cluster/user-store-api.js";
 import { NaradError } from "../src/protocol/errors.js";
-import { systemClock } from "../src/storage/types.js";
+import { systemClock } from "../src/platform/clock.js";
 import { startProxy } from "../src/verify/proxy/proxy.js";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
 
@@ -112,7 +112,7 @@ test("heartbeats extend the lease by the database clock; a node whose heartbeats
   const obs = await node(url, "observer", { heartbeatIntervalMs: 200, nodeLeaseMs: LEASE_MS, leaseSafetyMarginMs: 200 });
   // A real process that registers, heartbeats, and then dies with SIGKILL: no goodbye.
   const cpModule = new URL("../src/cluster/control-plane.js", import.meta.url).href;
-  const typesModule = new URL("../src/storage/types.js", import.meta.url).href;
+  const typesModule = new URL("../src/platform/clock.js", import.meta.url).href;
   const script = `
     import { ControlPlane } from ${JSON.stringify(cpModule)};
     import { systemClock } from ${JSON.stringify(typesModule)};

@@ -31,7 +31,8 @@
 
 import type { Logger } from "pino";
 import type { CursorFile } from "../storage/cursor-file.js";
-import type { Clock, StoredRecord } from "../storage/types.js";
+import type { Clock } from "../platform/clock.js";
+import type { StoredRecord } from "../storage/types.js";
 import type { Partition } from "./partition.js";
 import type { TestBugs } from "./test-bugs.js";
 

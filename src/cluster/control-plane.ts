@@ -37,7 +37,7 @@ import { USER_NAME_RE, type Grant } from "../auth/model.js";
 import { checkPassword, hashPassword } from "../auth/store.js";
 import { NaradError } from "../protocol/errors.js";
 import type { ChildJson } from "../protocol/wire.js";
-import type { Clock } from "../storage/types.js";
+import type { Clock } from "../platform/clock.js";
 import { ControlPlaneUnavailable, MoveRefused, NodeSuperseded, isRetryableConflict, isUnavailableError, isUniqueViolation } from "./errors.js";
 import { placePartitions, type NodeLoad } from "./placement.js";
 import { NODE_NUMBER_LOCK_KEY, PLACEMENT_LOCK_KEY, migrate } from "./schema.js";

@@ -37,7 +37,7 @@ import type { Logger } from "pino";
 import type { Broker } from "../broker/broker.js";
 import { NaradError } from "../protocol/errors.js";
 import { fsyncDir } from "../storage/files.js";
-import type { Clock } from "../storage/types.js";
+import type { Clock } from "../platform/clock.js";
 import type { ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable } from "./errors.js";
 import { FROZEN_MARKER, type Ownership } from "./ownership.js";

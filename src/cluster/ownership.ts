@@ -30,7 +30,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Broker, ClusterTopicMeta } from "../broker/broker.js";
 import type { ChildLink } from "../broker/children.js";
-import type { Clock } from "../storage/types.js";
+import type { Clock } from "../platform/clock.js";
 import type { ClusterTopic, ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused } from "./errors.js";
 import { writeFileAtomic } from "../storage/files.js";

@@ -16,7 +16,7 @@
 
 import { Pool, type Dispatcher } from "undici";
 import type { Logger } from "pino";
-import type { Clock } from "../storage/types.js";
+import type { Clock } from "../platform/clock.js";
 import type { ControlPlane } from "./control-plane.js";
 import { INTERNAL_HEADERS } from "./wire.js";
 

@@ -12,7 +12,8 @@ import os from "node:os";
 import path from "node:path";
 import { pino } from "pino";
 import { openPartitionLog } from "./partition-log.js";
-import { systemClock, type AppendInput } from "./types.js";
+import { systemClock } from "../platform/clock.js";
+import type { AppendInput } from "./types.js";
 
 const seconds = Number(process.argv[2] ?? 5);
 const root = process.argv[3] ?? os.tmpdir();

@@ -3,14 +3,12 @@ export type {
   AckLog,
   AckLogOptions,
   AppendInput,
-  Clock,
   PartitionLog,
   RecoveryReport,
   StorageOptions,
   StoredRecord,
   SyncInfo,
 } from "./types.js";
-export { systemClock } from "./types.js";
 export { StorageError, type StorageErrorCode } from "./errors.js";
 export { openPartitionLog, FilePartitionLog, type LogStats } from "./partition-log.js";
 export { openAckLog, FileAckLog, type AckLogRecovery, type AckLogStats, ACK_LOG_FILE, ACK_SNAPSHOT_FILE } from "./ack-log.js";

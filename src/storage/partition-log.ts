@@ -40,9 +40,9 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
+import type { Clock } from "../platform/clock.js";
 import type {
   AppendInput,
-  Clock,
   PartitionLog,
   RecoveryReport,
   StorageOptions,

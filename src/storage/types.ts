@@ -3,18 +3,7 @@
 // Neither knows about leases, HTTP or topics.
 
 import type { Logger } from "pino";
-
-export interface Clock {
-  /** Wall-clock milliseconds since the epoch (produce times, retention). */
-  nowMs(): number;
-  /** Monotonic milliseconds (timers, intervals, latencies). */
-  monoMs(): number;
-}
-
-export const systemClock: Clock = {
-  nowMs: () => Date.now(),
-  monoMs: () => performance.now(),
-};
+import type { Clock } from "../platform/clock.js";
 
 export interface StoredRecord {
   offset: number;
