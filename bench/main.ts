@@ -359,7 +359,7 @@ async function main(): Promise<void> {
     if (want("forward")) {
       // Three nodes on an embedded PostgreSQL: the same load sent to a partition's owner and to a
       // node that must forward it.
-      const { startCluster } = (await import(["../src/cluster/local", "js"].join("."))) as {
+      const { startCluster } = (await import(["../test/support/local-cluster", "js"].join("."))) as {
         startCluster(o: { nodes: number; security: boolean }): Promise<{ urls: string[]; nodes: { id: string; url: string; pid: number | undefined }[]; stop(): Promise<void> }>;
       };
       const cluster = await startCluster({ nodes: 3, security: false });

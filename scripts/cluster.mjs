@@ -46,7 +46,7 @@ function fail(message) {
 
 let local;
 try {
-  local = await import("../dist/src/cluster/local.js");
+  local = await import("../dist/test/support/local-cluster.js");
 } catch {
   fail("dist/ is missing or stale: run `npm run build` first (npm run cluster does)");
 }

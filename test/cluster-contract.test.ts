@@ -3,7 +3,7 @@
 // suite's requests spread across the nodes in turn, so most of them reach a node that does not
 // own the partition and are forwarded.
 import { after } from "node:test";
-import { startCluster } from "../src/cluster/local.js";
+import { startCluster } from "./support/local-cluster.js";
 import { defineContractSuite } from "./contract-suite.js";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
 

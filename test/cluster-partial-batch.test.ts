@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { keyPartition } from "../src/broker/partitioner.js";
 import { Narad, NaradAmbiguousError, NaradPartialBatchError, type BatchItemResult } from "../src/client/index.js";
-import { startCluster, type LocalCluster } from "../src/cluster/local.js";
+import { startCluster, type LocalCluster } from "./support/local-cluster.js";
 import { startProxy, type Proxy } from "../src/verify/proxy/proxy.js";
 import { removeDir, startNode, waitFor } from "./harness.js";
 import { freePort, postgresForFile } from "./support/postgres.js";

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pg from "pg";
-import { startCluster, type LocalCluster } from "../src/cluster/local.js";
+import { startCluster, type LocalCluster } from "./support/local-cluster.js";
 import { clusterToken } from "../src/cluster/wire.js";
 import { startProxy, type Proxy } from "../src/verify/proxy/proxy.js";
 import { runNarad, waitFor } from "./harness.js";

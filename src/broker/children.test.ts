@@ -8,7 +8,7 @@ import { openAckLog } from "../storage/ack-log.js";
 import { CursorFile } from "../storage/cursor-file.js";
 import { openPartitionLog } from "../storage/partition-log.js";
 import type { PartitionLog } from "../storage/types.js";
-import { captureLogger, logOptions, TestClock, withTempDir } from "../storage/test-support.js";
+import { captureLogger, logOptions, TestClock, withTempDir } from "../../test/support/storage.js";
 import { CopyPartlyStored, PartitionCopier, type ChildLink, type CopySink } from "./children.js";
 import { Partition } from "./partition.js";
 import { TestBugs } from "./test-bugs.js";

@@ -7,7 +7,7 @@ import { open, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { openAckLog } from "../storage/ack-log.js";
 import { openPartitionLog } from "../storage/partition-log.js";
-import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "../storage/test-support.js";
+import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "../../test/support/storage.js";
 import type { PartitionLog } from "../storage/types.js";
 import { Partition } from "./partition.js";
 import { READ_AHEAD_RECORDS, ReadAheadPool, type ReadAheadWindow } from "./read-ahead.js";

@@ -8,7 +8,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { ACK_LOG_FILE, ACK_SNAPSHOT_FILE, openAckLog, type FileAckLog } from "./ack-log.js";
 import type { AckLogOptions } from "./types.js";
-import { captureLogger, seededBytes, TestClock, withTempDir } from "./test-support.js";
+import { captureLogger, seededBytes, TestClock, withTempDir } from "../../test/support/storage.js";
 
 /** Timers that never fire during a test; steps are run by hand. */
 const NEVER_MS = 100_000_000;

@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { CursorFile } from "./cursor-file.js";
-import { captureLogger, withTempDir } from "./test-support.js";
+import { captureLogger, withTempDir } from "../../test/support/storage.js";
 
 const NEVER_MS = 100_000_000;
 

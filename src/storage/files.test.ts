@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import fsp from "node:fs/promises";
 import path from "node:path";
 import { writeFileAtomic } from "./files.js";
-import { withTempDir } from "./test-support.js";
+import { withTempDir } from "../../test/support/storage.js";
 
 test("writeFileAtomic creates and replaces files and leaves no temp files", async () => {
   await withTempDir(async (dir) => {

@@ -8,7 +8,7 @@ import fsp from "node:fs/promises";
 import { openPartitionLog, type FilePartitionLog } from "./partition-log.js";
 import type { AppendInput, StoredRecord } from "./types.js";
 import { HEADER_BYTES } from "./record.js";
-import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "./test-support.js";
+import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "../../test/support/storage.js";
 
 const MiB = 1024 * 1024;
 

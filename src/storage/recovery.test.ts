@@ -11,7 +11,7 @@ import { openPartitionLog, type FilePartitionLog } from "./partition-log.js";
 import type { AppendInput } from "./types.js";
 import { HEADER_BYTES } from "./record.js";
 import { encodeIndex, Segment } from "./segment.js";
-import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "./test-support.js";
+import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "../../test/support/storage.js";
 
 const MiB = 1024 * 1024;
 const PAYLOAD_BYTES = 100;

@@ -1,4 +1,4 @@
-// A real PostgreSQL for tests: the embedded one of src/cluster/embedded-postgres.ts, with fsync
+// A real PostgreSQL for tests: the embedded one of src/verify/workloads/embedded-postgres.ts, with fsync
 // off (tests need speed, not durability). Nothing is mocked.
 //
 //   const pg = await startPostgres();
@@ -8,9 +8,9 @@
 //   await pg.stop();                      // stop for good and remove the directory
 
 import { after, before } from "node:test";
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../../src/cluster/embedded-postgres.js";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../../src/verify/workloads/embedded-postgres.js";
 
-export { freePort } from "../../src/cluster/embedded-postgres.js";
+export { freePort } from "../../src/verify/workloads/embedded-postgres.js";
 
 export type TestPostgres = EmbeddedPostgresHandle;
 

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { NodeProcess, readProcState, getHealth, type NodeProcessOptions } from "./process.js";
 import { Nemesis, applyFault, planFaults, type FaultValue, type InjectedFaultKind } from "./nemesis.js";
 import { startProxy, type Proxy } from "../proxy/proxy.js";
-import { waitUntil } from "../proxy/test-peers.js";
+import { waitUntil } from "../../../test/support/peers.js";
 
 type Rec = { type: "invoke" | "ok" | "info"; value: FaultValue };
 

@@ -4,7 +4,7 @@ import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { startProxy, type Proxy } from "./proxy.js";
 import { parseHostPort, runProxyCommand, startProxyControl, type ProxyControl } from "./control.js";
-import { connectClient, freePort, startEchoServer, waitUntil, type EchoServer } from "./test-peers.js";
+import { connectClient, freePort, startEchoServer, waitUntil, type EchoServer } from "../../../test/support/peers.js";
 
 async function call(control: ProxyControl, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
   const res = await fetch(`http://127.0.0.1:${control.address.port}${path}`, {

@@ -5,7 +5,7 @@ import { test, describe, before, after, afterEach } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { startProxy, BANDWIDTH_BURST_MS, type Proxy, type ProxyOptions } from "./proxy.js";
-import { connectClient, freePort, sha256, startEchoServer, waitUntil, type EchoServer, type RecordingClient } from "./test-peers.js";
+import { connectClient, freePort, sha256, startEchoServer, waitUntil, type EchoServer, type RecordingClient } from "../../../test/support/peers.js";
 
 describe("fault proxy", () => {
   let echo: EchoServer;

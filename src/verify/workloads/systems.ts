@@ -11,7 +11,7 @@
 //   shared an id with a local one would make it explain the wrong deliveries. Main nodes are
 //   n1..nN, the remote nodes r1 (and r2).
 // - A cluster's control plane is a fresh database on a PostgreSQL server: an embedded one started
-//   for the run (src/cluster/embedded-postgres.ts, loaded only when a cluster is asked for), or an
+//   for the run (src/verify/workloads/embedded-postgres.ts, loaded only when a cluster is asked for), or an
 //   existing one given by URL (NARAD_VERIFY_CONTROL_PLANE). A remote child's other cluster, when
 //   it has more than one node, gets a database of its own on the same server: two clusters that
 //   share nothing but the PostgreSQL process. The first node of a cluster starts alone (it runs
@@ -271,7 +271,7 @@ export async function startControlPlaneServer(existingUrl: string | undefined): 
       },
     };
   }
-  const { startEmbeddedPostgres } = await import("../../cluster/embedded-postgres.js");
+  const { startEmbeddedPostgres } = await import("./embedded-postgres.js");
   const pg = await startEmbeddedPostgres();
   return { database: (label) => pg.newDatabase(`narad_verify_${label}`), stop: () => pg.stop() };
 }

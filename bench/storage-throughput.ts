@@ -1,6 +1,6 @@
 // Throughput of one partition log with real fdatasync (not a test; run by hand):
 //
-//   npm run build && node dist/src/storage/bench-throughput.js [seconds=5] [dir=os.tmpdir()]
+//   npm run build && node dist/bench/storage-throughput.js [seconds=5] [dir=os.tmpdir()]
 //
 // Cases: batches of 100 × 1 KiB records and single 1 KiB records, each from N concurrent callers
 // that await `durable` before appending again (a produce that waits for its 202). Prints one JSON
@@ -11,9 +11,9 @@ import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pino } from "pino";
-import { openPartitionLog } from "./partition-log.js";
-import { systemClock } from "../platform/clock.js";
-import type { AppendInput } from "./types.js";
+import { openPartitionLog } from "../src/storage/partition-log.js";
+import { systemClock } from "../src/platform/clock.js";
+import type { AppendInput } from "../src/storage/types.js";
 
 const seconds = Number(process.argv[2] ?? 5);
 const root = process.argv[3] ?? os.tmpdir();

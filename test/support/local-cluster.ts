@@ -15,17 +15,17 @@
 //   await c.nodes[1].kill(); await c.nodes[1].start();  // SIGKILL, then the same node again
 //   await c.stop();                                     // SIGTERM every node, stop PostgreSQL, remove temp dirs
 //
-// The embedded PostgreSQL is the helper of src/cluster/embedded-postgres.ts (re-exported here).
+// The embedded PostgreSQL is the helper of src/verify/workloads/embedded-postgres.ts (re-exported here).
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./embedded-postgres.js";
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../../src/verify/workloads/embedded-postgres.js";
 
-export { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "./embedded-postgres.js";
-import { readyLineScanner, type ReadyLine } from "../protocol/ready-line.js";
+export { startEmbeddedPostgres, type EmbeddedPostgresHandle } from "../../src/verify/workloads/embedded-postgres.js";
+import { readyLineScanner, type ReadyLine } from "../../src/protocol/ready-line.js";
 
 /** bin/narad of this checkout (this module runs from dist/src/cluster/). */
 export const NARAD_BIN = fileURLToPath(new URL("../../../bin/narad", import.meta.url));

@@ -5,8 +5,8 @@ import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { pino, type Logger } from "pino";
-import type { Clock } from "../platform/clock.js";
-import type { StorageOptions } from "./types.js";
+import type { Clock } from "../../src/platform/clock.js";
+import type { StorageOptions } from "../../src/storage/types.js";
 
 export class TestClock implements Clock {
   wallMs = 1_700_000_000_000;
