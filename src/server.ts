@@ -29,7 +29,7 @@ import type { UserStoreApi } from "./cluster/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./platform/clock.js";
-import type { ConfigValues } from "./cli/config.js";
+import type { ConfigValues } from "./config.js";
 
 /** A problem the operator must fix: printed as one line, exit non-zero. */
 export class StartupError extends Error {}

@@ -1,9 +1,9 @@
-// docs/operations.md lists every setting of src/cli/config.ts with its variable and default.
+// docs/operations.md lists every setting of src/config.ts with its variable and default.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { SETTINGS, envName } from "../src/cli/config.js";
+import { SETTINGS, envName } from "../src/config.js";
 import { REPO_ROOT } from "./harness.js";
 
 test("docs/operations.md lists every setting, its variable and its default", async () => {

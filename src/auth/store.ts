@@ -7,7 +7,7 @@
 import { randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../storage/index.js";
+import { writeFileAtomic } from "../platform/files.js";
 import { NaradError } from "../protocol/errors.js";
 import type { UserStoreApi } from "../cluster/user-store-api.js";
 import { PASSWORD_BYTES_MAX, PASSWORD_BYTES_MIN, USER_NAME_RE, type Grant, isAction } from "./model.js";

@@ -31,7 +31,8 @@ import { DEFAULTS, LIMITS, TOPIC_NAME_RE, type ChildJson, type TopicJson } from 
 import { CursorFile } from "../storage/cursor-file.js";
 import { Narad, NaradPartialBatchError } from "../client/index.js";
 import { CopyPartlyStored, PartitionCopier, REMOTE_PUSH_TIMEOUT_MS, type ChildLink } from "./children.js";
-import { openAckLog, openPartitionLog, writeFileAtomic } from "../storage/index.js";
+import { writeFileAtomic } from "../platform/files.js";
+import { openAckLog, openPartitionLog } from "../storage/index.js";
 import type { Clock } from "../platform/clock.js";
 import type { StoredRecord } from "../storage/types.js";
 import { HandleCodec } from "./handles.js";

@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../storage/files.js";
+import { writeFileAtomic } from "../platform/files.js";
 
 /** Node ids travel in headers, URLs and the binary consume answer (one length byte). */
 export const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;

@@ -2,7 +2,7 @@
 
 import { Command, Option } from "commander";
 import { formatReadyLine } from "../protocol/ready-line.js";
-import { ConfigError, resolveConfig, SETTINGS } from "./config.js";
+import { ConfigError, resolveConfig, SETTINGS } from "../config.js";
 import { registerClientCommands } from "./client-commands.js";
 import { registerVerifyCommands } from "./verify-commands.js";
 import { registerClusterCommands } from "./cluster-commands.js";

@@ -36,7 +36,7 @@ import { pipeline } from "node:stream/promises";
 import type { Logger } from "pino";
 import type { Broker } from "../broker/broker.js";
 import { NaradError } from "../protocol/errors.js";
-import { fsyncDir } from "../storage/files.js";
+import { fsyncDir } from "../platform/files.js";
 import type { Clock } from "../platform/clock.js";
 import type { ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable } from "./errors.js";

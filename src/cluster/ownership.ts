@@ -33,7 +33,7 @@ import type { ChildLink } from "../broker/children.js";
 import type { Clock } from "../platform/clock.js";
 import type { ClusterTopic, ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused } from "./errors.js";
-import { writeFileAtomic } from "../storage/files.js";
+import { writeFileAtomic } from "../platform/files.js";
 
 /** Written in a partition's directory by a freeze (src/cluster/moves.ts); never copied. */
 export const FROZEN_MARKER = "moving.frozen";

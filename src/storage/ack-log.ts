@@ -49,13 +49,11 @@ import { StorageError } from "./errors.js";
 import {
   closeAsync,
   fdatasyncAsync,
-  fsyncDir,
   ftruncateAsync,
-  isAtomicTempName,
   openAsync,
-  writeFileAtomic,
   writeFullySync,
 } from "./files.js";
+import { fsyncDir, isAtomicTempName, writeFileAtomic } from "../platform/files.js";
 
 export const ACK_LOG_FILE = "acks.log";
 export const ACK_SNAPSHOT_FILE = "acks.snapshot";

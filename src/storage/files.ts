@@ -1,50 +1,10 @@
-// File helpers shared by the partition log and the ack log.
-//
-// writeFileAtomic is the one way small metadata files (topic metadata, segment indexes, ack
-// snapshots) are replaced: readers see either the old content or the new, never a mix, and once
-// the promise resolves the new content survives a power loss. That needs four steps: write a temp
-// file, fsync it (data before name), rename over the target, fsync the directory (the rename
-// itself lives in the directory).
+// File helpers shared by the partition log and the ack log (small durable files are
+// ../platform/files.ts).
 //
 // The callback-style wrappers exist because the hot path (group commit) wants exactly one libuv
 // threadpool job per fdatasync and nothing else; fs/promises' FileHandle adds its own bookkeeping.
 
 import fs from "node:fs";
-import fsp from "node:fs/promises";
-import path from "node:path";
-import { randomBytes } from "node:crypto";
-
-export async function writeFileAtomic(filePath: string, data: string | Buffer): Promise<void> {
-  const tmp = `${filePath}.${randomBytes(6).toString("hex")}.tmp`;
-  let handle: fsp.FileHandle | null = await fsp.open(tmp, "wx", 0o644);
-  try {
-    await handle.writeFile(data);
-    await handle.sync();
-    await handle.close();
-    handle = null;
-    await fsp.rename(tmp, filePath);
-  } catch (err) {
-    if (handle !== null) await handle.close().catch(() => {});
-    await fsp.unlink(tmp).catch(() => {});
-    throw err;
-  }
-  await fsyncDir(path.dirname(filePath));
-}
-
-/** True for the temp files writeFileAtomic leaves behind when the process dies mid-way. */
-export function isAtomicTempName(name: string): boolean {
-  return /\.[0-9a-f]{12}\.tmp$/.test(name);
-}
-
-/** Makes creations, renames and removals of entries in `dir` durable. */
-export async function fsyncDir(dir: string): Promise<void> {
-  const fd = await openAsync(dir, "r");
-  try {
-    await fsyncAsync(fd);
-  } finally {
-    await closeAsync(fd);
-  }
-}
 
 export function openAsync(p: string, flags: string): Promise<number> {
   return new Promise((resolve, reject) => fs.open(p, flags, (err, fd) => (err ? reject(err) : resolve(fd))));

@@ -12,5 +12,4 @@ export type {
 export { StorageError, type StorageErrorCode } from "./errors.js";
 export { openPartitionLog, FilePartitionLog, type LogStats } from "./partition-log.js";
 export { openAckLog, FileAckLog, type AckLogRecovery, type AckLogStats, ACK_LOG_FILE, ACK_SNAPSHOT_FILE } from "./ack-log.js";
-export { writeFileAtomic } from "./files.js";
 export { PAYLOAD_BYTES_MAX, KEY_BYTES_MAX, recordBytes } from "./record.js";

@@ -75,13 +75,12 @@ import {
   fstatSizeAsync,
   fsyncAsync,
   ftruncateAsync,
-  isAtomicTempName,
   openAsync,
   readFullyAt,
   readFullyAtSync,
-  writeFileAtomic,
   writeFullySync,
 } from "./files.js";
+import { isAtomicTempName, writeFileAtomic } from "../platform/files.js";
 
 /** Positions are u32 and NO_RECORD is reserved, so a segment stays well below 4 GiB. */
 const SEGMENT_BYTES_LIMIT = 2 * 1024 * 1024 * 1024;

@@ -4,7 +4,7 @@
 // docs/operations.md lists the same table; test/config.test.ts keeps them in step.
 
 import { readFileSync } from "node:fs";
-import { DEFAULTS, LIMITS } from "../protocol/wire.js";
+import { DEFAULTS, LIMITS } from "./protocol/wire.js";
 
 type Kind = "string" | "int" | "bool";
 
