@@ -25,7 +25,7 @@ import { Mover } from "./cluster/moves.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
 import { ClusterService } from "./cluster/service.js";
-import type { UserStoreApi } from "./cluster/user-store-api.js";
+import type { UserStoreApi } from "./auth/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./platform/clock.js";

@@ -15,7 +15,7 @@ import { verifyPassword } from "../src/auth/store.js";
 import { ControlPlane, type ChangeEvent, type ControlPlaneOptions } from "../src/cluster/control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused } from "../src/cluster/errors.js";
 import { MIGRATIONS, migrate } from "../src/cluster/schema.js";
-import type { UserStoreApi } from "../src/cluster/user-store-api.js";
+import type { UserStoreApi } from "../src/auth/user-store-api.js";
 import { NaradError } from "../src/protocol/errors.js";
 import { systemClock } from "../src/platform/clock.js";
 import { startProxy } from "../src/verify/proxy/proxy.js";

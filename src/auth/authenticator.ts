@@ -19,7 +19,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { NaradError } from "../protocol/errors.js";
 import type { Clock } from "../platform/clock.js";
 import type { Principal } from "./model.js";
-import type { UserStoreApi } from "../cluster/user-store-api.js";
+import type { UserStoreApi } from "./user-store-api.js";
 import { hashPassword, verifyPassword } from "./store.js";
 
 export const AUTH_LIMITS = {

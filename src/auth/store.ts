@@ -1,7 +1,7 @@
 // Users and grants of one node, in DATA/security/users.json, written atomically (temp file,
 // fsync, rename, directory fsync) after every change and before the change is answered.
 // Passwords are kept only as scrypt hashes. In a cluster the same data moves into the control
-// plane (src/cluster/control-plane.ts); both implement UserStoreApi, which is what the HTTP layer
+// plane (src/cluster/control-plane.ts); both implement UserStoreApi (./user-store-api.ts), which is what the HTTP layer
 // and the authenticator see.
 
 import { randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from "node:crypto";
@@ -9,7 +9,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../platform/files.js";
 import { NaradError } from "../protocol/errors.js";
-import type { UserStoreApi } from "../cluster/user-store-api.js";
+import type { UserStoreApi } from "./user-store-api.js";
 import { PASSWORD_BYTES_MAX, PASSWORD_BYTES_MIN, USER_NAME_RE, type Grant, isAction } from "./model.js";
 
 /** scrypt cost: N = 2^14, r = 8, p = 1 (16 MiB, ~50 ms here); recorded per hash so it can change. */

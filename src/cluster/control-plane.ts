@@ -41,7 +41,7 @@ import type { Clock } from "../platform/clock.js";
 import { ControlPlaneUnavailable, MoveRefused, NodeSuperseded, isRetryableConflict, isUnavailableError, isUniqueViolation } from "./errors.js";
 import { placePartitions, type NodeLoad } from "./placement.js";
 import { NODE_NUMBER_LOCK_KEY, PLACEMENT_LOCK_KEY, migrate } from "./schema.js";
-import type { PasswordHash, StoredUser, UserStoreApi, UserSummary } from "./user-store-api.js";
+import type { PasswordHash, StoredUser, UserStoreApi, UserSummary } from "../auth/user-store-api.js";
 
 export const CONTROL_PLANE_DEFAULTS = {
   heartbeatIntervalMs: 1000,

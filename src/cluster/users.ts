@@ -8,7 +8,7 @@
 import type { Grant } from "../auth/model.js";
 import type { ControlPlane } from "./control-plane.js";
 import { cpCall } from "./service.js";
-import type { StoredUser, UserStoreApi, UserSummary } from "./user-store-api.js";
+import type { StoredUser, UserStoreApi, UserSummary } from "../auth/user-store-api.js";
 
 export class ClusterUsers implements UserStoreApi {
   constructor(

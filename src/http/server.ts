@@ -37,7 +37,7 @@ import {
 import { readBody, readBodyChunks, readJson, BodyTooLarge } from "./body.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import { allows, canManage, canSee, isAdmin, parseGrant, type Principal } from "../auth/model.js";
-import type { UserStoreApi } from "../cluster/user-store-api.js";
+import type { UserStoreApi } from "../auth/user-store-api.js";
 
 /** What the HTTP layer needs of a cluster node beyond the Service. */
 export interface ClusterHttp {

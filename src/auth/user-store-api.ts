@@ -1,14 +1,14 @@
-// What the HTTP layer and the Authenticator need from a user store. Two implementations: the
-// single node's UserStore (src/auth/store.ts, a JSON file in the data directory) and the cluster's
-// ControlPlane (PostgreSQL). Reads are synchronous: both serve them from memory (the control
+// What the HTTP layer and the Authenticator need from a user store: auth owns the interface, and
+// two rooms implement it: the single node's UserStore (./store.ts, a JSON file in the data
+// directory) and the cluster's ClusterUsers over its ControlPlane (PostgreSQL). Reads are synchronous: both serve them from memory (the control
 // plane from its cached view), so authentication never waits on a database.
 //
 // generation(name) must change whenever the user changes (password, grants, deletion and
 // re-creation), on every node: the Authenticator keys its cache of successful password checks on
 // it. The control plane uses the row's version, taken from a sequence that never repeats.
 
-import type { Grant } from "../auth/model.js";
-import type { hashPassword } from "../auth/store.js";
+import type { Grant } from "./model.js";
+import type { hashPassword } from "./store.js";
 
 export type PasswordHash = Awaited<ReturnType<typeof hashPassword>>;
 
