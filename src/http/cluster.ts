@@ -4,16 +4,16 @@
 // they fit. Absent on a single node.
 //
 // The internal routes are the cluster's code (beside the forwarding that calls them), written
-// against node:http and the helpers this layer lends them (InternalRouteKit), so that every
+// against node:http and the helpers this layer lends them (internalRouteKit, below), so that every
 // answer still carries the node's identity headers and every error the error table's body. This
 // layer mounts them under their prefix behind the cluster's token check and the same
 // authorization policy as the public routes (src/http/router.ts).
 
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Delivery, ProduceItem, ReplayResult } from "../broker/broker.js";
-import type { SettleOutcome } from "../broker/service.js";
-import type { ErrorCode } from "../protocol/errors.js";
-import type { Params } from "./params.js";
+import type { Delivery } from "../broker/broker.js";
+import { readBatch, readBody, readJson } from "./body.js";
+import { asObject, checkKey, partitionParam, queryInt, topicParam, type Params } from "./params.js";
+import { abortOnClose, head, outcomeStatus, sendDeliveries, sendEmpty, sendJson, sendReplay } from "./respond.js";
 
 export interface HttpCluster {
   /** The control plane's view: readiness and GET /v1/nodes. */
@@ -67,22 +67,30 @@ export interface InternalRoute {
   handler: (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams) => Promise<void> | void;
 }
 
-/** What an internal route may use of this layer: reading bodies, writing answers, reading params. */
-export interface InternalRouteKit {
-  readBody(req: IncomingMessage, limitBytes: number, code?: ErrorCode): Promise<Buffer>;
-  readJson(req: IncomingMessage, limitBytes: number): Promise<unknown>;
-  readBatch(req: IncomingMessage): Promise<ProduceItem[]>;
-  head(res: ServerResponse, status: number, headers?: string[]): void;
-  sendJson(res: ServerResponse, status: number, body: unknown): void;
-  sendEmpty(res: ServerResponse, status: number): void;
-  /** Leased messages in the binary encoding, naming this node as their owner. */
-  sendDeliveries(res: ServerResponse, ds: readonly Delivery[]): void;
-  sendReplay(res: ServerResponse, r: ReplayResult): void;
-  abortOnClose(req: IncomingMessage, res: ServerResponse, waitMs: number): AbortSignal;
-  outcomeStatus(o: SettleOutcome): number;
-  asObject(v: unknown): Record<string, unknown>;
-  topicParam(p: Params): string;
-  partitionParam(p: Params): number;
-  queryInt(q: URLSearchParams, name: string, dflt: number, min: number, max: number): number;
-  checkKey(key: string | null): void;
+/**
+ * The helpers an internal route is lent: this layer's own, answering as this node. The cluster
+ * declares the part it uses (src/cluster/internal-routes.ts InternalHttp); the wiring checks it
+ * against this type, which is the kit itself.
+ */
+export function internalRouteKit(nodeId: string, bootId: string) {
+  return {
+    readBody,
+    readJson,
+    readBatch,
+    head,
+    sendJson,
+    sendEmpty,
+    /** Leased messages in the binary encoding, naming this node as their owner. */
+    sendDeliveries: (res: ServerResponse, ds: readonly Delivery[]) => sendDeliveries(res, ds, nodeId, bootId),
+    sendReplay,
+    abortOnClose,
+    outcomeStatus,
+    asObject,
+    topicParam,
+    partitionParam,
+    queryInt,
+    checkKey,
+  };
 }
+
+export type InternalRouteKit = ReturnType<typeof internalRouteKit>;

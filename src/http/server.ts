@@ -21,18 +21,16 @@ import type { Authenticator } from "../auth/authenticator.js";
 import type { UserStoreApi } from "../auth/user-store-api.js";
 import { NaradError } from "../protocol/errors.js";
 import { HEADERS } from "../protocol/wire.js";
-import { BodyTooLarge, readBatch, readBody, readJson } from "./body.js";
-import type { HttpCluster, InternalRouteKit } from "./cluster.js";
-import { asObject, checkKey, partitionParam, queryInt, topicParam, type Params } from "./params.js";
-import { abortOnClose, head, identify, outcomeStatus, sendDeliveries, sendEmpty, sendError, sendJson, sendReplay } from "./respond.js";
+import { BodyTooLarge } from "./body.js";
+import { internalRouteKit, type HttpCluster } from "./cluster.js";
+import type { Params } from "./params.js";
+import { identify, sendError } from "./respond.js";
 import { mountInternal, publicRoutes, type RouteDeps } from "./router.js";
 import { messageRoutes } from "./routes/messages.js";
 import { nodeRoutes } from "./routes/nodes.js";
 import { opsRoutes } from "./routes/ops.js";
 import { topicRoutes } from "./routes/topics.js";
 import { userRoutes } from "./routes/users.js";
-
-export type { HttpCluster } from "./cluster.js";
 
 export interface HttpOptions {
   service: Service;
@@ -74,7 +72,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   messageRoutes(deps);
   userRoutes(deps, opts.users, opts.nowMs);
   nodeRoutes(deps, cluster);
-  if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalKit(nodeId, bootId));
+  if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalRouteKit(nodeId, bootId));
 
   // Every answer names the node and its boot (src/http/respond.ts): one header list per server.
   const identityHeaders: readonly string[] = [HEADERS.node, nodeId, HEADERS.boot, bootId];
@@ -155,26 +153,5 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         };
       });
     },
-  };
-}
-
-/** The helpers the cluster's internal routes are lent: this layer's own, answering as this node. */
-function internalKit(nodeId: string, bootId: string): InternalRouteKit {
-  return {
-    readBody,
-    readJson,
-    readBatch,
-    head,
-    sendJson,
-    sendEmpty,
-    sendDeliveries: (res, ds) => sendDeliveries(res, ds, nodeId, bootId),
-    sendReplay,
-    abortOnClose,
-    outcomeStatus,
-    asObject,
-    topicParam,
-    partitionParam,
-    queryInt,
-    checkKey,
   };
 }
