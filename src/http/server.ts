@@ -1,6 +1,7 @@
-// HTTP API version 1: the server's lifecycle around a router. The only room that knows HTTP
-// (beside the cluster's internal routes it mounts). Every answer carries Narad-Node and
-// Narad-Boot; every error is the JSON body of the error table (src/protocol/errors.ts).
+// HTTP API version 1: the server and its lifecycle (requests counted in flight, a graceful
+// drain) around one router, on which each resource registers its routes. Every answer carries
+// Narad-Node and Narad-Boot; every error is the JSON body of the error table
+// (src/protocol/errors.ts).
 //
 // Limits and their answers: single-message bodies over 1 MiB → 413 (reading stops at the
 // limit); batch bodies over LIMITS.batchBodyBytesMax → 413; headers must arrive within
