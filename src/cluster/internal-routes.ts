@@ -86,6 +86,8 @@ export function internalRoutes(o: InternalRoutesOptions): {
 
 function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalRoute[] {
   const { asObject, topicParam, partitionParam, queryInt } = http;
+  /** The placement epoch a move's request names (?epoch=, at least 1). */
+  const epochOf = (q: URLSearchParams) => queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER);
   // Long polls forwarded here, by the id the forwarding node gave them, so it can cancel one
   // without closing the connection: a poll that leased messages as it was cancelled still
   // answers them, and the forwarding node releases them (src/cluster/service.ts).
@@ -205,7 +207,7 @@ function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalR
       path: "/partitions/:topic/:partition/freeze",
       perm: "none",
       handler: async (_req, res, p, q) => {
-        await cs.freeze(topicParam(p), partitionParam(p), queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER), q.get("to") ?? "");
+        await cs.freeze(topicParam(p), partitionParam(p), epochOf(q), q.get("to") ?? "");
         http.sendEmpty(res, 204);
       },
     },
@@ -214,7 +216,7 @@ function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalR
       path: "/partitions/:topic/:partition/files",
       perm: "none",
       handler: async (_req, res, p, q) => {
-        const files = await mover.localManifest(topicParam(p), partitionParam(p), queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER), q.get("final") === "1");
+        const files = await mover.localManifest(topicParam(p), partitionParam(p), epochOf(q), q.get("final") === "1");
         http.sendJson(res, 200, { files });
       },
     },
@@ -223,7 +225,7 @@ function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalR
       path: "/partitions/:topic/:partition/files/:name",
       perm: "none",
       handler: async (_req, res, p, q) => {
-        const path = await mover.localFile(topicParam(p), partitionParam(p), queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER), p.name ?? "", q.get("final") === "1");
+        const path = await mover.localFile(topicParam(p), partitionParam(p), epochOf(q), p.name ?? "", q.get("final") === "1");
         const from = queryInt(q, "from", 0, 0, Number.MAX_SAFE_INTEGER);
         const stream = createReadStream(path, { start: from });
         await new Promise<void>((resolve, reject) => {
