@@ -25,6 +25,7 @@ import { Mover } from "./cluster/moves.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
 import { ClusterService } from "./cluster/service.js";
+import { internalRoutes } from "./cluster/internal-routes.js";
 import type { UserStoreApi } from "./auth/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
@@ -251,7 +252,8 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       service,
       users,
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
-      cluster: { token, cp, service, mover },
+      // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
+      cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover }) },
       server: bare,
     });
     http.setReady(true);

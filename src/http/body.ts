@@ -1,9 +1,14 @@
 // Request bodies with a limit. A body announced (Content-Length) or found (while streaming) to
 // be over the limit is refused with 413 without reading the rest: the server stops reading and
 // closes the connection after the answer, so a client cannot make the node buffer a huge body.
+// A produce batch is read here too, in either encoding (JSON or BATCH_BINARY_TYPE), and refused
+// whole if any message in it is over a limit.
 
 import type { IncomingMessage } from "node:http";
+import type { ProduceItem } from "../broker/broker.js";
 import { NaradError, type ErrorCode } from "../protocol/errors.js";
+import { BATCH_BINARY_TYPE, decodeBinaryBatch, LIMITS } from "../protocol/wire.js";
+import { asObject, checkKey, isBase64 } from "./params.js";
 
 export class BodyTooLarge extends NaradError {
   constructor(code: ErrorCode, message: string) {
@@ -61,4 +66,41 @@ export async function readJson(req: IncomingMessage, limitBytes: number): Promis
   } catch (e) {
     throw new NaradError("invalid_json", `The body is not valid JSON: ${(e as Error).message}`);
   }
+}
+
+/** A produce batch's messages, from a JSON or a binary body (by Content-Type). */
+export async function readBatch(req: IncomingMessage): Promise<ProduceItem[]> {
+  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  let items: { key: string | null; payload: Buffer }[];
+  if (type === BATCH_BINARY_TYPE) {
+    const decoded = decodeBinaryBatch(await readBodyChunks(req, LIMITS.batchBodyBytesMax, "batch_too_large"));
+    if (typeof decoded === "string") throw new NaradError("bad_request", `The binary batch is malformed: ${decoded}.`);
+    items = decoded;
+  } else if (type === "" || type === "application/json") {
+    const body = asObject(await readJson(req, LIMITS.batchBodyBytesMax));
+    const msgs = body.messages;
+    if (!Array.isArray(msgs)) throw new NaradError("invalid_argument", "The body must be {\"messages\": [{\"key\"?, \"payload_base64\"}]}.");
+    items = msgs.map((m: unknown, i) => {
+      if (typeof m !== "object" || m === null) throw new NaradError("invalid_argument", `messages[${i}] is not an object.`);
+      const o = m as Record<string, unknown>;
+      if (typeof o.payload_base64 !== "string" || !isBase64(o.payload_base64)) {
+        throw new NaradError("invalid_argument", `messages[${i}].payload_base64 must be a base64 string.`);
+      }
+      if (o.key !== undefined && o.key !== null && typeof o.key !== "string") throw new NaradError("invalid_argument", `messages[${i}].key must be a string.`);
+      const key = (o.key as string | null | undefined) ?? null;
+      checkKey(key, `messages[${i}].key`);
+      return { key, payload: Buffer.from(o.payload_base64, "base64") };
+    });
+  } else {
+    throw new NaradError("unsupported_media_type", `Send the batch as application/json or ${BATCH_BINARY_TYPE}, not ${type}.`);
+  }
+  if (items.length === 0) throw new NaradError("invalid_argument", "The batch has no messages.");
+  if (items.length > LIMITS.batchMessagesMax) throw new NaradError("batch_too_large", `A batch holds at most ${LIMITS.batchMessagesMax} messages.`);
+  items.forEach((it, i) => {
+    if (it.payload.length > LIMITS.messageBytesMax) {
+      throw new NaradError("payload_too_large", `messages[${i}] is ${it.payload.length} bytes, over the 1 MiB (${LIMITS.messageBytesMax} bytes) limit; the whole batch was refused.`);
+    }
+    checkKey(it.key, `messages[${i}].key`);
+  });
+  return items;
 }

@@ -1,0 +1,75 @@
+// Reading what a request names: path parameters, query parameters and the fields of a JSON body,
+// each checked against the limits of src/protocol/wire.ts. A value out of range is refused with
+// the error table's code (invalid_argument, invalid_topic_name) and a message naming the field and
+// what it must be.
+
+import type { SettleAction } from "../broker/broker.js";
+import { NaradError } from "../protocol/errors.js";
+import { LIMITS, TOPIC_NAME_RE } from "../protocol/wire.js";
+
+/** A route's path parameters, as find-my-way gives them. */
+export type Params = Record<string, string | undefined>;
+
+export function topicParam(p: Params): string {
+  const name = p.topic ?? "";
+  if (!TOPIC_NAME_RE.test(name)) throw new NaradError("invalid_topic_name", `${JSON.stringify(name)} is not a valid topic name.`);
+  return name;
+}
+
+export function partitionParam(p: Params): number {
+  const ps = p.partition ?? "";
+  if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${JSON.stringify(ps)} is not a partition number.`);
+  return Number(ps);
+}
+
+export function queryInt(q: URLSearchParams, name: string, dflt: number, min: number, max: number): number {
+  const s = q.get(name);
+  if (s === null || s === "") return dflt;
+  if (!/^\d{1,16}$/.test(s)) throw new NaradError("invalid_argument", `${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(s)}.`);
+  const v = Number(s);
+  if (v < min || v > max) throw new NaradError("invalid_argument", `${name} must be from ${min} to ${max}, not ${v}.`);
+  return v;
+}
+
+export function asObject(v: unknown): Record<string, unknown> {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new NaradError("invalid_argument", "The body must be a JSON object.");
+  return v as Record<string, unknown>;
+}
+
+export function onlyFields(o: Record<string, unknown>, allowed: string[]): void {
+  for (const k of Object.keys(o)) {
+    if (!allowed.includes(k)) throw new NaradError("invalid_argument", `Unknown field ${JSON.stringify(k)}; allowed: ${allowed.join(", ")}.`);
+  }
+}
+
+export function optInt(o: Record<string, unknown>, field: string, min: number, max: number): number | undefined {
+  const v = o[field];
+  if (v === undefined) return undefined;
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max) {
+    throw new NaradError("invalid_argument", `${field} must be an integer from ${min} to ${max}, not ${JSON.stringify(v)}.`);
+  }
+  return v;
+}
+
+/** A message key (or a batch item's, named by `what`) within LIMITS.keyBytesMax. */
+export function checkKey(key: string | null, what = "key"): void {
+  if (key !== null && Buffer.byteLength(key) > LIMITS.keyBytesMax) {
+    throw new NaradError("invalid_argument", `${what} is over ${LIMITS.keyBytesMax} bytes.`);
+  }
+}
+
+export function isBase64(s: string): boolean {
+  return s.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(s);
+}
+
+/** A single ack's ?extend=: absent acks, true restarts the lease, 0 ends it now (a nack). */
+export function settleAction(extend: string | null): SettleAction {
+  if (extend === null) return "ack";
+  if (extend === "true") return "extend";
+  if (extend === "0") return "nack";
+  return badExtend();
+}
+
+export function badExtend(): never {
+  throw new NaradError("invalid_argument", "extend must be true (restart the lease) or 0 (end it now).");
+}

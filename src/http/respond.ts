@@ -1,0 +1,117 @@
+// Writing answers. Every answer names the node and its boot (Narad-Node, Narad-Boot): the server
+// tags each response with the node's identity header list as the request arrives (`identify`),
+// and `head` puts that list first in the flat [name, value, ...] list it gives writeHead. Not
+// res.setHeader: once any header is set that way, Node sends every later one through
+// setHeader's checks too, which cost more than a produce route. Errors are the JSON body of the
+// error table (src/protocol/errors.ts).
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Delivery, ReplayResult } from "../broker/broker.js";
+import type { SettleOutcome } from "../broker/service.js";
+import { NaradError } from "../protocol/errors.js";
+import { DELIVERIES_TYPE, encodeDeliveries, HEADERS, type ConsumedMessageJson } from "../protocol/wire.js";
+
+const IDENTITY = Symbol("narad.identityHeaders");
+type Answer = ServerResponse & { [IDENTITY]?: readonly string[] };
+
+/** Tags an answer with the node's identity headers (a flat list made once per server). */
+export function identify(res: ServerResponse, identityHeaders: readonly string[]): void {
+  (res as Answer)[IDENTITY] = identityHeaders;
+}
+
+/** writeHead with the node's identity headers first; `headers` is a flat [name, value, ...] list. */
+export function head(res: ServerResponse, status: number, headers: string[] = []): void {
+  const id = (res as Answer)[IDENTITY];
+  res.writeHead(status, id === undefined ? headers : [...id, ...headers]);
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown, extra: string[] = []): void {
+  const bytes = Buffer.from(JSON.stringify(body)); // encoded once (not measured as a string, then encoded again)
+  head(res, status, ["content-type", "application/json", "content-length", String(bytes.length), ...extra]);
+  res.end(bytes);
+}
+
+export function sendEmpty(res: ServerResponse, status: number): void {
+  head(res, status);
+  res.end();
+}
+
+export function sendError(res: ServerResponse, e: NaradError): void {
+  const extra: string[] = [];
+  if (e.retryAfterS !== undefined) extra.push("retry-after", String(e.retryAfterS));
+  if (e.status === 401) extra.push("www-authenticate", 'Basic realm="narad"');
+  sendJson(res, e.status, e.toBody(), extra);
+}
+
+/**
+ * Leased messages in the binary encoding (DELIVERIES_TYPE): a consume batch that asked for it,
+ * and a consume forwarded to this node as their owner. `nodeId`/`bootId` name this node where a
+ * delivery does not name another owner.
+ */
+export function sendDeliveries(res: ServerResponse, ds: readonly Delivery[], nodeId: string, bootId: string): void {
+  const body = encodeDeliveries(
+    ds.map((d) => ({
+      partition: d.partition,
+      offset: d.offset,
+      deliveryCount: d.deliveryCount,
+      producedAtMs: d.record.producedAtMs,
+      receiptHandle: d.receiptHandle,
+      owner: d.owner ?? nodeId,
+      ownerBoot: d.ownerBoot ?? bootId,
+      key: d.record.key,
+      payload: d.record.payload,
+    })),
+  );
+  head(res, 200, ["content-type", DELIVERIES_TYPE, "content-length", String(body.length), HEADERS.owner, nodeId, HEADERS.ownerBoot, bootId]);
+  res.end(body);
+}
+
+/** A replay page as its JSON answer. */
+export function sendReplay(res: ServerResponse, r: ReplayResult): void {
+  sendJson(res, 200, {
+    messages: r.records.map((x) => ({
+      offset: x.offset,
+      key: x.key === null ? null : x.key.toString("utf8"),
+      produced_at: x.producedAtMs,
+      payload_base64: x.payload.toString("base64"),
+    })),
+    next_offset: r.nextOffset,
+    earliest_offset: r.earliestOffset,
+    end_offset: r.endOffset,
+  });
+}
+
+/** One leased message in the JSON answer of a consume batch. */
+export function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): ConsumedMessageJson {
+  const r = d.record;
+  return {
+    receipt_handle: d.receiptHandle,
+    partition: d.partition,
+    offset: d.offset,
+    key: r.key === null ? null : r.key.toString("utf8"),
+    delivery_count: d.deliveryCount,
+    produced_at: r.producedAtMs,
+    payload_base64: r.payload.toString("base64"),
+    owner,
+    owner_boot: ownerBoot,
+  };
+}
+
+/** The status a settle outcome answers with in a batch. */
+export function outcomeStatus(o: SettleOutcome): number {
+  return o instanceof NaradError ? o.status : o;
+}
+
+/** Never aborted: what a consume that does not wait gets, since it has nothing to give up. */
+const NEVER_ABORTED = new AbortController().signal;
+
+/** Aborts a long poll when its client goes away; a consume with wait_ms 0 needs none (the cost shows). */
+export function abortOnClose(req: IncomingMessage, res: ServerResponse, waitMs: number): AbortSignal {
+  if (waitMs === 0) return NEVER_ABORTED;
+  const ac = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) ac.abort();
+  });
+  void req;
+  return ac.signal;
+}

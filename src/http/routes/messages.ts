@@ -1,0 +1,131 @@
+// The data path: produce (one message or a batch), consume (one message, with an optional ?ack=
+// of the previous one, or a batch in JSON or the binary encoding), ack / extend / nack (one handle
+// or a batch) and replay of a partition by offset. These are the hot routes: each handler is made
+// once, here, and per request does only its own parsing, one Service call and one writeHead with
+// a flat header list (src/http/respond.ts); nothing here adds an await or a closure per message.
+
+import type { IncomingMessage } from "node:http";
+import type { Delivery, SettleAction } from "../../broker/broker.js";
+import { NaradError } from "../../protocol/errors.js";
+import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
+import { readBatch, readBody, readJson } from "../body.js";
+import { asObject, badExtend, checkKey, partitionParam, queryInt, settleAction, topicParam } from "../params.js";
+import { abortOnClose, head, outcomeStatus, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
+import type { Ctx, RouteDeps } from "../router.js";
+
+export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps): void {
+  // ---- produce --------------------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q, ctx) => {
+    const topic = topicParam(p);
+    await svc.checkTopic(topic); // 404 before reading a body for a topic that does not exist
+    const key = q.get("key");
+    checkKey(key);
+    const payload = await readBody(req, LIMITS.messageBytesMax);
+    const [r] = await svc.produce(topic, [{ key, payload }], ctx.req);
+    // The owner that stored it, as a consume names the lease's owner (the verification toolkit
+    // records it: a kill of that node is what can make a child receive a copy twice).
+    sendJson(res, 202, { partition: r!.partition, offset: r!.offset }, [HEADERS.owner, r!.owner ?? nodeId, HEADERS.ownerBoot, r!.ownerBoot ?? bootId]);
+  });
+  on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
+    const topic = topicParam(p);
+    await svc.checkTopic(topic);
+    const items = await readBatch(req);
+    const results = await svc.produce(topic, items, ctx.req);
+    sendJson(res, 202, { results: results.map((r) => ({ partition: r.partition, offset: r.offset })) });
+  });
+
+  // ---- consume ----------------------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q, ctx) => {
+    const topic = topicParam(p);
+    const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
+    // ?ack=H: ack the previous delivery first, in the same round trip (JetStream's AckNext). A
+    // refused ack answers as the ack would have and leases nothing. Once the ack took effect, a
+    // consume refused for certain (429 too many waiters, 503) answers 204: the ack is done and
+    // nothing was leased, which a definite error would deny. An ambiguous one stays ambiguous.
+    const ackHandle = q.get("ack");
+    if (ackHandle === "") throw new NaradError("invalid_receipt_handle", "?ack= names no receipt handle.");
+    if (ackHandle !== null) await ack(topic, ackHandle, "ack", ctx);
+    let d: Delivery | undefined;
+    try {
+      [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
+    } catch (e) {
+      if (ackHandle !== null && e instanceof NaradError && e.definite) return sendEmpty(res, 204);
+      throw e;
+    }
+    if (d === undefined) return sendEmpty(res, 204);
+    const r = d.record;
+    const headers = [
+      "content-type", "application/octet-stream",
+      "content-length", String(r.payload.length),
+      HEADERS.receiptHandle, d.receiptHandle,
+      HEADERS.partition, String(d.partition),
+      HEADERS.offset, String(d.offset),
+      HEADERS.deliveryCount, String(d.deliveryCount),
+      HEADERS.producedAt, String(r.producedAtMs),
+      HEADERS.owner, d.owner ?? nodeId,
+      HEADERS.ownerBoot, d.ownerBoot ?? bootId,
+    ];
+    if (r.key !== null) headers.push(HEADERS.key, encodeURIComponent(r.key.toString("utf8")));
+    head(res, 200, headers);
+    res.end(r.payload);
+  });
+  on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q, ctx) => {
+    const topic = topicParam(p);
+    const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
+    const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
+    const binary = wantsDeliveries(req);
+    const ds = await svc.consume(topic, max, waitMs, abortOnClose(req, res, waitMs), ctx.req);
+    if (binary) return sendDeliveries(res, ds, nodeId, bootId);
+    sendJson(res, 200, { messages: ds.map((d) => toJsonMessage(d, d.owner ?? nodeId, d.ownerBoot ?? bootId)), owner: nodeId, owner_boot: bootId });
+  });
+
+  // ---- ack, extend, nack -----------------------------------------------------------------------
+  /** Settles one handle; throws the error the ack answers with when it is refused. */
+  const ack = async (topic: string, handle: string, action: SettleAction, ctx: Ctx): Promise<void> => {
+    const [outcome] = await svc.settle(topic, [handle], action, ctx.req);
+    if (outcome instanceof NaradError) throw outcome;
+    if (outcome !== 204) throw new NaradError(outcome === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
+  };
+  on("POST", "/v1/topics/:topic/ack", "consume", async (_req, res, p, q, ctx) => {
+    const topic = topicParam(p);
+    const handle = q.get("receipt_handle");
+    if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
+    await ack(topic, handle, settleAction(q.get("extend")), ctx);
+    sendEmpty(res, 204);
+  });
+  on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p, _q, ctx) => {
+    const topic = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    const handles = body.receipt_handles;
+    if (!Array.isArray(handles) || handles.some((h) => typeof h !== "string")) {
+      throw new NaradError("invalid_argument", "The body must be {\"receipt_handles\": [\"...\"], \"extend\"?: true | 0}.");
+    }
+    if (handles.length > LIMITS.ackBatchMax) throw new NaradError("batch_too_large", `An ack batch holds at most ${LIMITS.ackBatchMax} handles.`);
+    const ext = body.extend;
+    const action: SettleAction =
+      ext === undefined || ext === false || ext === null ? "ack" : ext === true || ext === "true" ? "extend" : ext === 0 || ext === "0" ? "nack" : badExtend();
+    const outcomes = await svc.settle(topic, handles as string[], action, ctx.req);
+    sendJson(res, 200, { results: outcomes.map((o, i) => ({ receipt_handle: handles[i] as string, status: outcomeStatus(o) })) });
+  });
+
+  // ---- replay -----------------------------------------------------------------------------------
+  on("GET", "/v1/topics/:topic/partitions/:partition/messages", "consume", async (_req, res, p, q, ctx) => {
+    const topic = topicParam(p);
+    const partition = partitionParam(p);
+    const offset = queryInt(q, "offset", 0, 0, Number.MAX_SAFE_INTEGER);
+    const limit = Math.min(queryInt(q, "limit", LIMITS.replayLimitDefault, 1, Number.MAX_SAFE_INTEGER), LIMITS.replayLimitMax);
+    const r = await svc.replay(topic, partition, offset, limit, ctx.req);
+    if ("json" in r) {
+      head(res, 200, ["content-type", "application/json", "content-length", String(r.json.length)]);
+      res.end(r.json);
+      return;
+    }
+    sendReplay(res, r);
+  });
+}
+
+/** True when the client asked for the binary consume/batch answer (Accept names DELIVERIES_TYPE). */
+function wantsDeliveries(req: IncomingMessage): boolean {
+  const a = req.headers.accept;
+  return a !== undefined && a.includes(DELIVERIES_TYPE);
+}

@@ -1,0 +1,103 @@
+// Topics and their children: create, list, read, change and delete a topic; attach, list and
+// detach a child topic (fanout, delay, replica, or remote in another cluster). Who may: any user
+// with a create grant creates (checked here, as the name is in the body) and owns what they
+// create; its owner or an admin changes, deletes and attaches (src/http/authz.ts).
+
+import { allows, canSee } from "../../auth/model.js";
+import { NaradError } from "../../protocol/errors.js";
+import { LIMITS, TOPIC_NAME_RE } from "../../protocol/wire.js";
+import { authorize } from "../authz.js";
+import { readJson } from "../body.js";
+import { asObject, onlyFields, optInt, topicParam } from "../params.js";
+import { sendEmpty, sendJson } from "../respond.js";
+import type { RouteDeps } from "../router.js";
+
+export function topicRoutes({ on, svc }: RouteDeps): void {
+  on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    const name = body.name;
+    if (typeof name !== "string" || !TOPIC_NAME_RE.test(name)) {
+      throw new NaradError("invalid_topic_name", `Topic name ${JSON.stringify(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
+    }
+    if (ctx.principal !== null && !allows(ctx.principal, "create", name)) {
+      throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
+    }
+    onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms"]);
+    const topic = await svc.createTopic(
+      {
+        name,
+        partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
+        visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
+        retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
+      },
+      ctx.principal?.name ?? null,
+    );
+    sendJson(res, 201, topic);
+  });
+  on("GET", "/v1/topics", "user", (_req, res, _p, _q, ctx) =>
+    sendJson(res, 200, { topics: svc.listTopics().filter((t) => ctx.principal === null || canSee(ctx.principal, t.name, t.owner)) }),
+  );
+  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, await svc.getTopic(topicParam(p))));
+  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
+    const name = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms"]);
+    const topic = await svc.updateTopic(name, {
+      partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
+      visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
+      retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
+    });
+    sendJson(res, 200, topic);
+  });
+  on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
+    await svc.deleteTopic(topicParam(p));
+    sendEmpty(res, 204);
+  });
+
+  // ---- child topics ------------------------------------------------------------------------------
+  on("POST", "/v1/topics/:topic/children", "manage", async (req, res, p, _q, ctx) => {
+    const parent = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["topic", "kind", "delay_ms", "url", "credentials"]);
+    const child = body.topic;
+    if (typeof child !== "string" || !TOPIC_NAME_RE.test(child)) throw new NaradError("invalid_topic_name", `The child topic ${JSON.stringify(child)} is not a valid topic name.`);
+    const kind = body.kind;
+    if (kind !== "fanout" && kind !== "delay" && kind !== "replica" && kind !== "remote") {
+      throw new NaradError("invalid_argument", "kind must be fanout, delay, replica or remote.");
+    }
+    if (kind === "delay") {
+      if (optInt(body, "delay_ms", 1, LIMITS.retentionMsMax) === undefined) throw new NaradError("invalid_argument", "A delay child needs delay_ms (an integer, at least 1).");
+    } else if (body.delay_ms !== undefined) throw new NaradError("invalid_argument", "delay_ms is only for delay children.");
+    let url: string | undefined;
+    let credentials: { user: string; password: string } | undefined;
+    if (kind === "remote") {
+      if (typeof body.url !== "string" || !/^https?:\/\/[^\s/]+/.test(body.url)) throw new NaradError("invalid_argument", "A remote child needs url: the http(s) URL of a node of the other cluster.");
+      url = body.url.replace(/\/+$/, "");
+      const c = body.credentials;
+      if (c !== undefined && c !== null) {
+        const o = c as Record<string, unknown>;
+        if (typeof o !== "object" || typeof o.user !== "string" || typeof o.password !== "string") throw new NaradError("invalid_argument", "credentials must be {\"user\", \"password\"}.");
+        credentials = { user: o.user, password: o.password };
+      }
+    } else {
+      if (body.url !== undefined || body.credentials !== undefined) throw new NaradError("invalid_argument", "url and credentials are only for remote children.");
+      if (ctx.principal !== null && kind === "replica" && !allows(ctx.principal, "create", child)) {
+        throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${child} (a replica child is created by the attach); ask an admin for a create grant.`);
+      }
+      if (ctx.principal !== null && kind !== "replica") await authorize(svc, "manage", { topic: child }, ctx.principal);
+    }
+    const link = await svc.attachChild(parent, {
+      topic: child,
+      kind,
+      ...(kind === "delay" ? { delay_ms: body.delay_ms as number } : {}),
+      ...(url !== undefined ? { url } : {}),
+      ...(credentials !== undefined ? { credentials } : {}),
+    }, ctx.req);
+    sendJson(res, 201, link);
+  });
+  on("GET", "/v1/topics/:topic/children", "see", async (_req, res, p) => sendJson(res, 200, { children: await svc.listChildren(topicParam(p)) }));
+  on("DELETE", "/v1/topics/:topic/children/:child", "manage", async (_req, res, p, _q, ctx) => {
+    await svc.detachChild(topicParam(p), p.child ?? "", ctx.req);
+    sendEmpty(res, 204);
+  });
+}

@@ -1,0 +1,53 @@
+// Users and their grants: admins add, list and delete users and grant or revoke actions on topic
+// patterns; a user may change their own password (self-or-admin, src/http/authz.ts). Passwords
+// and grants are checked by the user store (src/auth), which answers the error table's codes.
+
+import type { UserStoreApi } from "../../auth/user-store-api.js";
+import { parseGrant } from "../../auth/model.js";
+import { NaradError } from "../../protocol/errors.js";
+import { LIMITS } from "../../protocol/wire.js";
+import { readJson } from "../body.js";
+import { asObject, onlyFields, type Params } from "../params.js";
+import { sendEmpty, sendJson } from "../respond.js";
+import type { RouteDeps } from "../router.js";
+
+export function userRoutes({ on }: RouteDeps, users: UserStoreApi, nowMs: () => number): void {
+  const userParam = (p: Params) => {
+    const name = p.name ?? "";
+    if (users.get(name) === undefined) throw new NaradError("user_not_found", `No user ${JSON.stringify(name)}.`);
+    return name;
+  };
+  on("POST", "/v1/users", "admin", async (req, res) => {
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["name", "password"]);
+    sendJson(res, 201, await users.addUser(body.name, body.password, nowMs()));
+  });
+  on("GET", "/v1/users", "admin", (_req, res) => sendJson(res, 200, { users: users.list() }));
+  on("PATCH", "/v1/users/:name", "self-or-admin", async (req, res, p) => {
+    const name = userParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["password"]);
+    await users.setPassword(name, body.password);
+    sendJson(res, 200, users.list().find((u) => u.name === name));
+  });
+  on("DELETE", "/v1/users/:name", "admin", async (_req, res, p) => {
+    await users.deleteUser(userParam(p));
+    sendEmpty(res, 204);
+  });
+  on("POST", "/v1/users/:name/grants", "admin", async (req, res, p) => {
+    const name = userParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["action", "pattern"]);
+    const g = parseGrant(body.action, body.pattern);
+    if (typeof g === "string") throw new NaradError("invalid_argument", `${g}.`);
+    sendJson(res, 201, await users.addGrant(name, g));
+  });
+  on("GET", "/v1/users/:name/grants", "admin", (_req, res, p) => sendJson(res, 200, { grants: users.grants(userParam(p)) }));
+  on("DELETE", "/v1/users/:name/grants", "admin", async (_req, res, p, q) => {
+    const name = userParam(p);
+    const g = parseGrant(q.get("action") ?? undefined, q.get("pattern") ?? undefined);
+    if (typeof g === "string") throw new NaradError("invalid_argument", `${g}.`);
+    await users.revokeGrant(name, g);
+    sendEmpty(res, 204);
+  });
+}
