@@ -14,13 +14,17 @@
 // out by 100 ms · 2^(failures − failuresFree), at most `slowdownMaxMs`. The wait bounds the guess
 // rate whatever the concurrency; at most `waitingMax` attempts may wait per name (more → 429).
 // A success clears the name's record. The table of names is bounded (`trackedMax`; oldest out).
+//
+// The checks themselves run on the PasswordChecker's own thread, at most a few at once
+// (./password-checker.ts), so guesses under random names cannot starve the fsyncs of libuv's pool.
 
 import { createHash, randomBytes } from "node:crypto";
 import { NaradError } from "../protocol/errors.js";
 import type { Clock } from "../platform/clock.js";
 import type { Principal } from "./model.js";
 import type { UserStoreApi } from "./user-store-api.js";
-import { hashPassword, verifyPassword } from "./store.js";
+import { hashPassword } from "./store.js";
+import { PasswordChecker } from "./password-checker.js";
 
 export const AUTH_LIMITS = {
   failuresFree: 5,
@@ -43,18 +47,28 @@ export class Authenticator {
   private readonly secret = randomBytes(32);
   private readonly cache = new Map<string, { user: string; generation: number }>();
   private readonly failures = new Map<string, FailureRecord>();
-  private dummy: Awaited<ReturnType<typeof hashPassword>> | undefined;
+  /** Computed once, on the first check: concurrent first checks share it. */
+  private dummy: ReturnType<typeof hashPassword> | undefined;
 
   constructor(
     private readonly store: UserStoreApi,
     private readonly clock: Clock,
+    private readonly checker: PasswordChecker = new PasswordChecker(),
   ) {}
+
+  /** Stops the password thread (at shutdown; the thread never keeps the process alive itself). */
+  close(): Promise<void> {
+    return this.checker.close();
+  }
 
   private unauthorized(message: string): NaradError {
     return new NaradError("unauthorized", message);
   }
 
-  /** Returns the principal of a valid `Authorization: Basic` header, or throws 401 / 429. */
+  /**
+   * Returns the principal of a valid `Authorization: Basic` header, or throws 401, or 429 when
+   * this name's failures are being slowed down or too many password checks are in flight.
+   */
   async authenticate(header: string | undefined): Promise<Principal> {
     if (header === undefined || !/^Basic [A-Za-z0-9+/=]+$/i.test(header.trim())) {
       throw this.unauthorized("Send HTTP Basic credentials (Authorization: Basic ...).");
@@ -74,8 +88,9 @@ export class Authenticator {
     await this.waitTurn(user);
     const rec = this.store.get(user);
     const generation = this.store.generation(user);
-    this.dummy ??= await hashPassword(randomBytes(16).toString("hex"));
-    const ok = await verifyPassword(rec?.password ?? this.dummy, password);
+    this.dummy ??= hashPassword(randomBytes(16).toString("hex"));
+    const dummy = await this.dummy;
+    const ok = await this.checker.verify(rec?.password ?? dummy, password);
     if (!ok || rec === undefined || generation === undefined || this.store.generation(user) !== generation) {
       this.recordFailure(user);
       throw this.unauthorized("The user name or password is wrong.");
