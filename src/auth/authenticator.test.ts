@@ -7,7 +7,8 @@ import { randomBytes } from "node:crypto";
 import { NaradError } from "../protocol/errors.js";
 import { systemClock } from "../platform/clock.js";
 import { withTempDir } from "../../test/support/storage.js";
-import { Authenticator } from "./authenticator.js";
+import { ManualScheduler } from "../platform/manual.js";
+import { AUTH_LIMITS, Authenticator } from "./authenticator.js";
 import { PASSWORD_CHECK_LIMITS, PasswordChecker } from "./password-checker.js";
 import { hashPassword, UserStore } from "./store.js";
 
@@ -55,4 +56,65 @@ test("password checker: right and wrong passwords on its own thread; a closed ch
   // A check after close starts a new thread.
   assert.equal(await checker.verify(h, "correct horse battery"), true);
   await checker.close();
+});
+
+/**
+ * Settles `p`, moving the manual scheduler forward 100 ms at a time only while the attempt waits
+ * on it (a timer is pending); real work (the password thread) is waited for in real time, up to a
+ * deadline. Returns the manual milliseconds the attempt waited.
+ */
+async function settle<T>(s: ManualScheduler, p: Promise<T>): Promise<{ ms: number; value?: T; error?: unknown }> {
+  let done: { value?: T; error?: unknown } | undefined;
+  p.then((value) => (done = { value }), (error: unknown) => (done = { error }));
+  let ms = 0;
+  const deadline = Date.now() + 30_000;
+  while (done === undefined) {
+    if (Date.now() > deadline) throw new Error("the attempt never settled");
+    if (s.pending > 0) {
+      s.advance(100);
+      ms += 100;
+    }
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  return { ms, ...done };
+}
+
+test("a targeted lockout: after 40 failed logins for one name, its right password is answered at once from another address and within one slot from the same one", async () => {
+  await withTempDir(async (dir) => {
+    const store = await UserStore.open(dir);
+    await store.addUser("alice", "alice-Password-1", Date.now());
+    const s = new ManualScheduler();
+    const auth = new Authenticator(store, s.clock, new PasswordChecker(), s);
+    try {
+      const refusedCodes = new Set<string>();
+      for (let i = 0; i < 40; i++) {
+        const r = await settle(s, auth.authenticate(basic("alice", `guess-${i}`), "10.0.0.66"));
+        assert.ok(r.error instanceof NaradError, "a wrong password is refused");
+        refusedCodes.add(r.error.code);
+        // Each attempt waits at most one slot, never the sum of many.
+        assert.ok(r.ms <= AUTH_LIMITS.slowdownMaxMs + 100, `attempt ${i} waited ${r.ms} ms`);
+      }
+      // Wrong passwords answer 401, or 429 when the address's next turn is over one slot away.
+      assert.ok(refusedCodes.has("unauthorized"));
+      for (const c of refusedCodes) assert.ok(c === "unauthorized" || c === "too_many_auth_attempts", c);
+      // The stranger's guesses are slowed: many at once from its address are refused outright.
+      const burst = await Promise.all(Array.from({ length: 5 }, () => settle(s, auth.authenticate(basic("alice", "again"), "10.0.0.66"))));
+      assert.ok(burst.some((r) => r.error instanceof NaradError && r.error.code === "too_many_auth_attempts"), "a burst from the failing address meets 429");
+      // Alice, from her own address: no wait at all.
+      const mine = await settle(s, auth.authenticate(basic("alice", "alice-Password-1"), "192.0.2.10"));
+      assert.deepEqual(mine.value, { name: "alice", grants: [] });
+      assert.equal(mine.ms, 0);
+      // Alice behind the stranger's own address: answered within one slot (or told when to retry).
+      const shared = await settle(s, auth.authenticate(basic("alice", "alice-Password-1"), "10.0.0.66"));
+      if (shared.error !== undefined) {
+        assert.ok(shared.error instanceof NaradError && shared.error.code === "too_many_auth_attempts");
+        assert.ok(shared.error.retryAfterS! <= AUTH_LIMITS.slowdownMaxMs / 1000 * 2);
+      } else {
+        assert.deepEqual(shared.value, { name: "alice", grants: [] });
+        assert.ok(shared.ms <= AUTH_LIMITS.slowdownMaxMs + 100, `waited ${shared.ms} ms`);
+      }
+    } finally {
+      await auth.close();
+    }
+  });
 });
