@@ -31,7 +31,11 @@ export function clusterToken(secret: Buffer): string {
 }
 
 export function tokenMatches(expected: string, got: string | string[] | undefined): boolean {
-  if (typeof got !== "string" || got.length !== expected.length) return false;
-  return timingSafeEqual(Buffer.from(got), Buffer.from(expected));
+  if (typeof got !== "string") return false;
+  // Compare bytes, not string lengths: a header with a non-ASCII character has as many UTF-16
+  // units as the token but more bytes, and timingSafeEqual throws on buffers of unequal length.
+  const a = Buffer.from(got, "utf8");
+  const b = Buffer.from(expected, "utf8");
+  return a.length === b.length && timingSafeEqual(a, b);
 }
 

@@ -76,6 +76,11 @@ export const ERRORS = {
     definite: true,
     message: "Too many failed logins for this user are waiting; retry after the Retry-After seconds.",
   },
+  too_many_password_checks: {
+    status: 429,
+    definite: true,
+    message: "Too many password checks are in flight on this node; retry after the Retry-After seconds.",
+  },
   too_many_waiters: {
     status: 429,
     definite: true,
