@@ -49,7 +49,7 @@ export function publicRoutes(router: Router, svc: Service, authenticator: Authen
       const query = new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : "");
       const rc: RequestContext = { authorization: req.headers.authorization };
       if (authenticator === undefined || perm === "none") return h(req, res, params as Params, query, { principal: null, req: rc });
-      return authenticator.authenticate(req.headers.authorization).then(async (principal) => {
+      return authenticator.authenticate(req.headers.authorization, req.socket.remoteAddress).then(async (principal) => {
         await authorize(svc, perm, params as Params, principal);
         return h(req, res, params as Params, query, { principal, req: { ...rc, user: principal.name } });
       });
@@ -66,7 +66,7 @@ export function mountInternal(router: Router, svc: Service, authenticator: Authe
       const q = req.url!.indexOf("?");
       const query = new URLSearchParams(q >= 0 ? req.url!.slice(q + 1) : "");
       if (authenticator === undefined || perm === "none" || req.headers.authorization === undefined) return h(req, res, params as Params, query);
-      return authenticator.authenticate(req.headers.authorization).then(async (principal) => {
+      return authenticator.authenticate(req.headers.authorization, req.socket.remoteAddress).then(async (principal) => {
         await authorize(svc, perm, params as Params, principal);
         return h(req, res, params as Params, query);
       });
