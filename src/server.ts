@@ -30,6 +30,7 @@ import type { UserStoreApi } from "./auth/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./platform/clock.js";
+import { DataDirLockedError, lockDataDir, type DataDirLock } from "./platform/data-dir-lock.js";
 import type { ConfigValues } from "./config.js";
 
 /** A problem the operator must fix: printed as one line, exit non-zero. */
@@ -78,6 +79,15 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     await access(dataDir, constants.W_OK | constants.R_OK);
   } catch (e) {
     throw new StartupError(`data directory ${dataDir} is not usable: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  // One process per data directory, for its whole life (the kernel lets go on any exit): a second
+  // start on it would hand out the same offsets (src/platform/data-dir-lock.ts).
+  let lock: DataDirLock;
+  try {
+    lock = await lockDataDir(dataDir);
+  } catch (e) {
+    if (e instanceof DataDirLockedError) throw new StartupError(e.message);
+    throw new StartupError(`data directory ${dataDir} cannot be locked: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
 
   const logger = pino({ level: String(cfg.log_level), base: undefined }, pino.destination({ fd: 2, sync: false }));
@@ -152,7 +162,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       throw e;
     }
     http.setReady(true);
-    return running(http, urlOf(http.server), identity, dataDir, logger, log, cfg, async () => {
+    return running(http, urlOf(http.server), identity, dataDir, lock, logger, log, cfg, async () => {
       await broker.close();
     });
   }
@@ -260,7 +270,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     const b = broker;
     const o = ownership;
     const pe = peers;
-    const run = running(http, urlOf(bare), identity, dataDir, logger, log, cfg, async () => {
+    const run = running(http, urlOf(bare), identity, dataDir, lock, logger, log, cfg, async () => {
       o.close();
       await b.close();
       await pe.close();
@@ -322,12 +332,14 @@ function running(
   url: string,
   identity: { nodeId: string; bootId: string },
   dataDir: string,
+  lock: DataDirLock,
   logger: Logger,
   log: Logger,
   cfg: ConfigValues,
   closeRest: () => Promise<void>,
 ): RunningServer {
   let stopping: Promise<void> | undefined;
+  lock.setUrl(url);
   return {
     url,
     nodeId: identity.nodeId,
@@ -340,6 +352,7 @@ function running(
         await http.drain(cfg["http.shutdown_grace_ms"] as number);
         await closeRest();
         http.server.closeAllConnections();
+        await lock.release();
         log.info("stopped: logs and acks flushed and synced");
         logger.flush();
       })();

@@ -4,7 +4,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { removeDir, startNode, type RunningNode } from "./harness.js";
+import { removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
 
 const ADMIN_PW = "admin-Secret-42";
 const basic = (user: string, pw: string) => `Basic ${Buffer.from(`${user}:${pw}`).toString("base64")}`;
@@ -49,4 +49,39 @@ describe("hardening, security on", () => {
     const late = await fetch(`${node.url}/metrics`, { headers: { authorization: basic("late", "late-Password-7") } });
     assert.equal(late.status, 200);
   });
+});
+
+test("two processes can share one data directory: a second start on it is refused with one line naming the first, and a kill -9 frees it", async () => {
+  const dir = await tempDir();
+  const first = await startNode({ dataDir: dir });
+  try {
+    const create = await fetch(`${first.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "shared" }) });
+    assert.equal(create.status, 201);
+    assert.equal((await fetch(`${first.url}/v1/topics/shared/messages`, { method: "POST", body: "m0" })).status, 202);
+    const second = await runNarad(["server", "start", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0"]);
+    assert.notEqual(second.code, 0);
+    const lines = second.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, second.stderr);
+    assert.match(lines[0]!, new RegExp(`data directory .* is in use by narad pid ${first.proc.pid} \\(serving ${first.url.replace(/[.]/g, "\\.")}\\)`));
+    // The first node still serves, and still owns its offsets.
+    assert.equal((await fetch(`${first.url}/v1/topics/shared/messages`, { method: "POST", body: "m1" })).status, 202);
+    await first.kill();
+    const again = await startNode({ dataDir: dir });
+    try {
+      const replay = await fetch(`${again.url}/v1/topics/shared/partitions/0/messages?offset=0`);
+      const partitions = (await (await fetch(`${again.url}/v1/topics/shared`)).json()) as { partitions: number };
+      let stored = 0;
+      for (let p = 0; p < partitions.partitions; p++) {
+        const r = await fetch(`${again.url}/v1/topics/shared/partitions/${p}/messages?offset=0`);
+        stored += ((await r.json()) as { messages: unknown[] }).messages.length;
+      }
+      assert.equal(replay.status, 200);
+      assert.equal(stored, 2, "both 202s are there after the kill -9");
+    } finally {
+      await again.kill();
+    }
+  } finally {
+    await first.kill();
+    await removeDir(dir);
+  }
 });
