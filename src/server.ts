@@ -9,14 +9,14 @@
 // control plane closed last, which releases the lease so the other nodes route around at once.
 
 import { mkdir, access, constants } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
+import type { Server } from "node:http";
 import { resolve } from "node:path";
 import { pino, type Logger } from "pino";
 import { Broker, type BrokerOptions } from "./broker/broker.js";
 import { IdentityError, loadIdentity, NODE_ID_RE } from "./broker/identity.js";
 import { LocalService } from "./broker/service.js";
 import { TestBugs, TEST_BUGS } from "./broker/test-bugs.js";
-import { createHttpServer, type NaradHttpServer } from "./http/server.js";
+import { createHttpListener, createHttpServer, type NaradHttpServer } from "./http/server.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { UserStore } from "./auth/store.js";
 import { ControlPlane } from "./cluster/control-plane.js";
@@ -169,7 +169,8 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
 
   // ---- cluster mode ------------------------------------------------------------------------------
   // Bound first, answering 503 until the node is ready, so the advertised URL can name the port.
-  const bare = createServer((_req, res) => {
+  const bare = createHttpListener(httpCommon);
+  bare.on("request", (_req, res) => {
     res.writeHead(503, { "content-type": "application/json", "retry-after": "1", "narad-node": identity.nodeId, "narad-boot": identity.bootId });
     res.end(JSON.stringify(new NaradError("shutting_down", "The node is starting; retry shortly.").toBody()));
   });

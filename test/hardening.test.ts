@@ -4,6 +4,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import net from "node:net";
 import { removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
 
 const ADMIN_PW = "admin-Secret-42";
@@ -84,4 +85,95 @@ test("two processes can share one data directory: a second start on it is refuse
     await first.kill();
     await removeDir(dir);
   }
+});
+
+describe("hardening, answers that broke the error contract (a dev node, raw TCP)", () => {
+  let node: RunningNode;
+  before(async () => {
+    node = await startNode({ env: { NARAD_HTTP_HEADERS_TIMEOUT_MS: "1000" } });
+    const r = await fetch(`${node.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "edge", partitions: 1 }) });
+    assert.equal(r.status, 201);
+  });
+  after(async () => {
+    await node?.kill();
+    if (node) await removeDir(node.dataDir);
+  });
+
+  /** Sends bytes on a fresh connection; resolves with everything the node wrote once it closes the connection. */
+  const raw = (bytes: string): Promise<string> =>
+    new Promise((resolve, reject) => {
+      const s = net.connect(node.port, "127.0.0.1");
+      let out = "";
+      s.setEncoding("latin1");
+      s.on("data", (b: string) => (out += b));
+      s.on("error", reject);
+      s.on("close", () => resolve(out));
+      s.setTimeout(20_000, () => reject(new Error(`no close within 20 s; got ${JSON.stringify(out.slice(0, 200))}`)));
+      s.write(bytes, "latin1");
+    });
+  const parse = (answer: string) => {
+    const [head, ...rest] = answer.split("\r\n\r\n");
+    const [statusLine, ...headerLines] = head!.split("\r\n");
+    const headers = new Map(headerLines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
+    const body = rest.join("\r\n\r\n");
+    return { status: Number(statusLine!.split(" ")[1]), headers, body, code: body.startsWith("{") ? (JSON.parse(body) as { error?: { code: string } }).error?.code : undefined };
+  };
+
+  test("a 20 000-deep JSON value in a field is a 400 naming the field, not a 500", async () => {
+    const body = `{"name":"deep","partitions":${"[".repeat(20_000)}${"]".repeat(20_000)}}`;
+    const a = parse(await raw(`POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`));
+    assert.equal(a.status, 400);
+    assert.equal(a.code, "invalid_argument");
+    assert.match(a.body, /partitions must be an integer from 1 to 1024, not an array/);
+  });
+
+  test("no Host header, a bad Expect and CONNECT are answered with the JSON error body, not by Node", async () => {
+    const noHost = parse(await raw("GET /v1/topics HTTP/1.1\r\n\r\n"));
+    assert.equal(noHost.status, 400);
+    assert.equal(noHost.code, "bad_request");
+    const expect = parse(await raw("POST /v1/topics HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 2\r\n\r\n"));
+    assert.equal(expect.status, 417);
+    assert.equal(expect.code, "expectation_failed");
+    const connect = parse(await raw("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"));
+    assert.equal(connect.status, 405);
+    assert.equal(connect.code, "method_not_allowed");
+    assert.match(connect.headers.get("allow")!, /GET/);
+    // HTTP/1.0 needs no Host.
+    assert.equal(parse(await raw("GET /healthz HTTP/1.0\r\n\r\n")).status, 200);
+  });
+
+  test("header and request timeouts answer 408 near their setting; header overflow answers 431", async () => {
+    const started = Date.now();
+    const slow = parse(await raw("GET /v1/topics HTTP/1.1\r\nHost: x\r\n"));
+    assert.equal(slow.status, 408);
+    assert.equal(slow.code, "request_timeout");
+    // Node checks every 30 s by default; ours checks at least every second (a bound, not a speed).
+    assert.ok(Date.now() - started < 15_000, `answered after ${Date.now() - started} ms`);
+    const big = parse(await raw(`GET /v1/topics HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`));
+    assert.equal(big.status, 431);
+    assert.equal(big.code, "header_fields_too_large");
+  });
+
+  test("HEAD and OPTIONS on GET routes: HEAD is GET without a body, OPTIONS and every 405 carry Allow", async () => {
+    const head = parse(await raw("HEAD /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    assert.equal(head.status, 200);
+    assert.equal(head.body, "");
+    const options = parse(await raw("OPTIONS /v1/topics/edge HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    assert.equal(options.status, 204);
+    assert.equal(options.headers.get("allow"), "GET, PATCH, DELETE, HEAD, OPTIONS");
+    const put = parse(await raw("PUT /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    assert.equal(put.status, 405);
+    assert.equal(put.code, "method_not_allowed");
+    assert.equal(put.headers.get("allow"), "GET, POST, HEAD, OPTIONS");
+  });
+
+  test("a definite 400 for a request that was executed: garbage pipelined after a produce leaves the produce its 202 and gets no answer", async () => {
+    const answer = await raw("POST /v1/topics/edge/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\npipelinedGARBAGE\x01\x02 not http\r\n\r\n");
+    const first = parse(answer);
+    assert.equal(first.status, 202, answer);
+    assert.equal((answer.match(/HTTP\/1\.1 /g) ?? []).length, 1, `one answer only: ${answer}`);
+    const replay = await fetch(`${node.url}/v1/topics/edge/partitions/0/messages?offset=0`);
+    const msgs = ((await replay.json()) as { messages: { payload?: string; value?: string }[] }).messages;
+    assert.ok(JSON.stringify(msgs).includes(Buffer.from("pipelined").toString("base64")), JSON.stringify(msgs));
+  });
 });

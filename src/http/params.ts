@@ -7,25 +7,38 @@ import type { SettleAction } from "../broker/broker.js";
 import { NaradError } from "../protocol/errors.js";
 import { LIMITS, TOPIC_NAME_RE } from "../protocol/wire.js";
 
+/**
+ * A value as an error message may show it: short, and never walked (a 20 000-deep JSON value
+ * once overflowed the stack of the JSON.stringify that put it in a message: a 500).
+ */
+export function shown(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v.length > SHOWN_CHARS_MAX ? `${v.slice(0, SHOWN_CHARS_MAX)}...` : v);
+  if (typeof v === "number" || typeof v === "boolean" || v === null) return String(v);
+  if (Array.isArray(v)) return "an array";
+  return typeof v === "object" ? "an object" : typeof v;
+}
+
+const SHOWN_CHARS_MAX = 64;
+
 /** A route's path parameters, as find-my-way gives them. */
 export type Params = Record<string, string | undefined>;
 
 export function topicParam(p: Params): string {
   const name = p.topic ?? "";
-  if (!TOPIC_NAME_RE.test(name)) throw new NaradError("invalid_topic_name", `${JSON.stringify(name)} is not a valid topic name.`);
+  if (!TOPIC_NAME_RE.test(name)) throw new NaradError("invalid_topic_name", `${shown(name)} is not a valid topic name.`);
   return name;
 }
 
 export function partitionParam(p: Params): number {
   const ps = p.partition ?? "";
-  if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${JSON.stringify(ps)} is not a partition number.`);
+  if (!/^\d{1,5}$/.test(ps)) throw new NaradError("invalid_argument", `Partition ${shown(ps)} is not a partition number.`);
   return Number(ps);
 }
 
 export function queryInt(q: URLSearchParams, name: string, dflt: number, min: number, max: number): number {
   const s = q.get(name);
   if (s === null || s === "") return dflt;
-  if (!/^\d{1,16}$/.test(s)) throw new NaradError("invalid_argument", `${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(s)}.`);
+  if (!/^\d{1,16}$/.test(s)) throw new NaradError("invalid_argument", `${name} must be an integer from ${min} to ${max}, not ${shown(s)}.`);
   const v = Number(s);
   if (v < min || v > max) throw new NaradError("invalid_argument", `${name} must be from ${min} to ${max}, not ${v}.`);
   return v;
@@ -38,7 +51,7 @@ export function asObject(v: unknown): Record<string, unknown> {
 
 export function onlyFields(o: Record<string, unknown>, allowed: string[]): void {
   for (const k of Object.keys(o)) {
-    if (!allowed.includes(k)) throw new NaradError("invalid_argument", `Unknown field ${JSON.stringify(k)}; allowed: ${allowed.join(", ")}.`);
+    if (!allowed.includes(k)) throw new NaradError("invalid_argument", `Unknown field ${shown(k)}; allowed: ${allowed.join(", ")}.`);
   }
 }
 
@@ -46,7 +59,7 @@ export function optInt(o: Record<string, unknown>, field: string, min: number, m
   const v = o[field];
   if (v === undefined) return undefined;
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max) {
-    throw new NaradError("invalid_argument", `${field} must be an integer from ${min} to ${max}, not ${JSON.stringify(v)}.`);
+    throw new NaradError("invalid_argument", `${field} must be an integer from ${min} to ${max}, not ${shown(v)}.`);
   }
   return v;
 }

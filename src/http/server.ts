@@ -5,8 +5,19 @@
 //
 // Limits and their answers: single-message bodies over 1 MiB → 413 (reading stops at the
 // limit); batch bodies over LIMITS.batchBodyBytesMax → 413; headers must arrive within
-// headersTimeoutMs and a whole request within requestTimeoutMs (Node closes the socket with
-// 408); a stopping node answers 503 shutting_down and closes the connection.
+// headersTimeoutMs and a whole request within requestTimeoutMs (408 request_timeout, checked
+// every CONNECTION_CHECK_MS at most, not Node's 30 s); headers over 16 KiB → 431; a stopping node
+// answers 503 shutting_down and closes the connection.
+//
+// What Node would answer itself, with no JSON, is answered here with the error table's body: a
+// request without Host, an Expect other than 100-continue (417), CONNECT (405), bytes that are
+// not HTTP (400). HEAD is served as GET without the body; OPTIONS answers 204 with Allow, and
+// every 405 carries Allow.
+//
+// A malformed request behind one still in flight on its connection (garbage pipelined after a
+// produce waiting for its fsync) is answered with nothing: the connection closes once the
+// earlier answers are written. A 400 written then would reach the client as the answer to the
+// earlier request, a definite "not done" for a message that was stored.
 //
 // Requests are served by a Service (src/broker/service.ts): the local broker on a single node,
 // the cluster's router in a cluster. Each resource registers its own routes (src/http/routes/),
@@ -15,6 +26,7 @@
 // declares (src/http/cluster.ts).
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
 import FindMyWay from "find-my-way";
 import type { Logger } from "pino";
 import type { Service } from "../broker/service.js";
@@ -58,6 +70,26 @@ export interface NaradHttpServer {
   setReady(ready: boolean): void;
 }
 
+/** How often, at most, Node checks the header and request timeouts (its default is 30 s). */
+const CONNECTION_CHECK_MS = 1000;
+
+const METHODS = ["GET", "POST", "PATCH", "DELETE"] as const;
+
+/**
+ * A node:http server with Narad's settings: the timeouts checked often enough to answer near
+ * their setting, and a missing Host answered by us (as JSON) rather than by Node.
+ */
+export function createHttpListener(o: { headersTimeoutMs: number; requestTimeoutMs: number }): Server {
+  return createServer({
+    requireHostHeader: false,
+    connectionsCheckingInterval: Math.max(10, Math.min(CONNECTION_CHECK_MS, Math.floor(Math.min(o.headersTimeoutMs, o.requestTimeoutMs) / 4))),
+  });
+}
+
+/** Requests on a socket whose answers are not finished (for the pipelined-garbage rule above). */
+const PENDING = Symbol("narad.pendingAnswers");
+type Counted = Duplex & { [PENDING]?: number; naradCloseWhenIdle?: boolean };
+
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const { service: svc, nodeId, bootId, cluster } = opts;
   const log = opts.logger.child({ module: "http" });
@@ -85,15 +117,30 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       return;
     }
     inFlight++;
+    const socket = req.socket as Counted;
+    socket[PENDING] = (socket[PENDING] ?? 0) + 1;
     res.once("close", () => {
       inFlight--;
+      if (--socket[PENDING]! === 0 && socket.naradCloseWhenIdle === true) socket.end();
       if (stopping && inFlight === 0) drained?.();
     });
-    const found = router.find(req.method as "GET", req.url!);
+    if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) {
+      res.setHeader("connection", "close");
+      return finishWithError(req, res, new NaradError("bad_request", "An HTTP/1.1 request needs a Host header."));
+    }
+    const found = router.find((req.method === "HEAD" ? "GET" : req.method) as "GET", req.url!);
     if (found === null) {
       const path = req.url!.split("?")[0]!;
-      const other = (["GET", "POST", "PATCH", "DELETE"] as const).some((m) => m !== req.method && router.find(m, path) !== null);
-      return finishWithError(req, res, other ? new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}.`) : new NaradError("not_found", `No route ${req.method} ${path}; see docs/api.md.`));
+      const allowed = METHODS.filter((m) => router.find(m, path) !== null);
+      if (allowed.length === 0) return finishWithError(req, res, new NaradError("not_found", `No route ${req.method} ${path}; see docs/api.md.`));
+      const allow = (allowed.includes("GET") ? [...allowed, "HEAD"] : allowed).concat("OPTIONS").join(", ");
+      res.setHeader("allow", allow);
+      if (req.method === "OPTIONS") {
+        res.writeHead(204);
+        res.end();
+        return;
+      }
+      return finishWithError(req, res, new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}; allowed: ${allow}.`));
     }
     try {
       const r = (found.handler as unknown as (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void)(req, res, found.params);
@@ -102,17 +149,41 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       finishWithError(req, res, e);
     }
   };
-  const server = opts.server ?? createServer();
+  const server = opts.server ?? createHttpListener(opts);
   server.keepAliveTimeout = opts.keepAliveTimeoutMs;
   server.headersTimeout = opts.headersTimeoutMs;
   server.requestTimeout = opts.requestTimeoutMs;
   server.removeAllListeners("request");
   server.on("request", onRequest);
-  server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
-    if (socket.writable && err.code !== "ECONNRESET") {
-      const body = JSON.stringify({ error: { code: "bad_request", message: `Malformed HTTP request: ${err.code ?? err.message}.` } });
-      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nNarad-Node: ${nodeId}\r\nNarad-Boot: ${bootId}\r\n\r\n${body}`);
-    } else socket.destroy();
+  // Answers Node would give without JSON, or not at all, written by hand on the socket.
+  const answerRaw = (socket: Duplex, e: NaradError, reason: string, extra = ""): void => {
+    const body = JSON.stringify(e.toBody());
+    socket.end(`HTTP/1.1 ${e.status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n${extra}Narad-Node: ${nodeId}\r\nNarad-Boot: ${bootId}\r\n\r\n${body}`);
+  };
+  server.on("clientError", (err: NodeJS.ErrnoException, raw: Duplex) => {
+    const socket = raw as Counted;
+    if (!socket.writable || err.code === "ECONNRESET") {
+      socket.destroy();
+      return;
+    }
+    if ((socket[PENDING] ?? 0) > 0) {
+      // Earlier requests on this connection are still being answered: let them finish, then
+      // close without answering the garbage (see the note at the top).
+      socket.naradCloseWhenIdle = true;
+      return;
+    }
+    if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") answerRaw(socket, new NaradError("request_timeout"), "Request Timeout");
+    else if (err.code === "HPE_HEADER_OVERFLOW") answerRaw(socket, new NaradError("header_fields_too_large"), "Request Header Fields Too Large");
+    else answerRaw(socket, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`), "Bad Request");
+  });
+  server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
+    identify(res, identityHeaders);
+    res.setHeader("connection", "close");
+    sendError(res, new NaradError("expectation_failed", `Expect: ${String(req.headers.expect).slice(0, 64)} is not supported; only 100-continue is.`));
+  });
+  server.on("connect", (_req: IncomingMessage, socket: Duplex) => {
+    socket.on("error", () => socket.destroy());
+    answerRaw(socket, new NaradError("method_not_allowed", "CONNECT is not served here; Narad is not a proxy."), "Method Not Allowed", `Allow: ${METHODS.join(", ")}, HEAD, OPTIONS\r\n`);
   });
 
   function finishWithError(req: IncomingMessage, res: ServerResponse, e: unknown): void {

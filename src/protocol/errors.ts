@@ -65,6 +65,17 @@ export const ERRORS = {
     definite: true,
     message: "The batch is over the batch limit; send fewer or smaller messages per request.",
   },
+  request_timeout: {
+    status: 408,
+    definite: true,
+    message: "The request's headers or body did not arrive within the node's timeout; nothing was done. Send it again.",
+  },
+  expectation_failed: { status: 417, definite: true, message: "Only the Expect: 100-continue expectation is supported." },
+  header_fields_too_large: {
+    status: 431,
+    definite: true,
+    message: "The request's headers are over the node's limit (16 KiB); send fewer or shorter headers.",
+  },
   unsupported_media_type: { status: 415, definite: true, message: "This content type is not accepted here." },
   overloaded: {
     status: 429,

@@ -8,7 +8,7 @@ import { NaradError } from "../../protocol/errors.js";
 import { LIMITS, TOPIC_NAME_RE } from "../../protocol/wire.js";
 import { authorize } from "../authz.js";
 import { readJson } from "../body.js";
-import { asObject, onlyFields, optInt, topicParam } from "../params.js";
+import { asObject, onlyFields, optInt, shown, topicParam } from "../params.js";
 import { sendEmpty, sendJson } from "../respond.js";
 import type { RouteDeps } from "../router.js";
 
@@ -17,7 +17,7 @@ export function topicRoutes({ on, svc }: RouteDeps): void {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const name = body.name;
     if (typeof name !== "string" || !TOPIC_NAME_RE.test(name)) {
-      throw new NaradError("invalid_topic_name", `Topic name ${JSON.stringify(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
+      throw new NaradError("invalid_topic_name", `Topic name ${shown(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
     }
     if (ctx.principal !== null && !allows(ctx.principal, "create", name)) {
       throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
@@ -60,7 +60,7 @@ export function topicRoutes({ on, svc }: RouteDeps): void {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     onlyFields(body, ["topic", "kind", "delay_ms", "url", "credentials"]);
     const child = body.topic;
-    if (typeof child !== "string" || !TOPIC_NAME_RE.test(child)) throw new NaradError("invalid_topic_name", `The child topic ${JSON.stringify(child)} is not a valid topic name.`);
+    if (typeof child !== "string" || !TOPIC_NAME_RE.test(child)) throw new NaradError("invalid_topic_name", `The child topic ${shown(child)} is not a valid topic name.`);
     const kind = body.kind;
     if (kind !== "fanout" && kind !== "delay" && kind !== "replica" && kind !== "remote") {
       throw new NaradError("invalid_argument", "kind must be fanout, delay, replica or remote.");

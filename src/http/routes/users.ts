@@ -7,14 +7,14 @@ import { parseGrant } from "../../auth/model.js";
 import { NaradError } from "../../protocol/errors.js";
 import { LIMITS } from "../../protocol/wire.js";
 import { readJson } from "../body.js";
-import { asObject, onlyFields, type Params } from "../params.js";
+import { asObject, onlyFields, shown, type Params } from "../params.js";
 import { sendEmpty, sendJson } from "../respond.js";
 import type { RouteDeps } from "../router.js";
 
 export function userRoutes({ on }: RouteDeps, users: UserStoreApi, nowMs: () => number): void {
   const userParam = (p: Params) => {
     const name = p.name ?? "";
-    if (users.get(name) === undefined) throw new NaradError("user_not_found", `No user ${JSON.stringify(name)}.`);
+    if (users.get(name) === undefined) throw new NaradError("user_not_found", `No user ${shown(name)}.`);
     return name;
   };
   on("POST", "/v1/users", "admin", async (req, res) => {
