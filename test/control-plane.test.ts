@@ -18,6 +18,7 @@ import { MIGRATIONS, migrate } from "../src/cluster/schema.js";
 import type { UserStoreApi } from "../src/auth/user-store-api.js";
 import { NaradError } from "../src/protocol/errors.js";
 import { systemClock } from "../src/platform/clock.js";
+import { ManualScheduler } from "../src/platform/manual.js";
 import { startProxy } from "../src/verify/proxy/proxy.js";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
 
@@ -187,6 +188,68 @@ test("the local lease deadline is conservative, and a restarted node takes over 
   assert.ok(events.some((e) => e.kind === "lease" && !e.live));
   await assert.rejects(second.createTopic({ name: "x", partitions: 1, ...topicDefaults }), /registered again/);
   assert.ok(third.isLeaseLive());
+});
+
+test("driven by a manual clock: heartbeats start on the schedule, the lease lapses exactly at sentAt + lease - margin, and a late answer counts from its send", async () => {
+  const url = await server.newDatabase();
+  // Time moves only when the test advances it; PostgreSQL is real and answers in real time, so
+  // each step that needs an answer waits for it (with a deadline) while the manual clock stands.
+  const sched = new ManualScheduler();
+  const HB = 1000;
+  const LEASE = 5000;
+  const MARGIN = 500;
+  const NEVER = 60_000;
+  const a = await node(url, "m", {
+    clock: sched.clock,
+    scheduler: sched,
+    heartbeatIntervalMs: HB,
+    nodeLeaseMs: LEASE,
+    leaseSafetyMarginMs: MARGIN,
+    resyncIntervalMs: NEVER,
+    listenReconnectMinMs: NEVER,
+    listenReconnectMaxMs: NEVER,
+  });
+  const leaseEvents: boolean[] = [];
+  a.onChange((e) => {
+    if (e.kind === "lease") leaseEvents.push(e.live);
+  });
+  assert.equal(a.leaseValidUntilMono(), LEASE - MARGIN, "registration at mono 0 counts as a heartbeat sent at 0");
+  await a.createTopic({ name: "t", partitions: 1, ...topicDefaults });
+  assert.ok(a.ownsPartition("t", 0, 1));
+  assert.equal(a.status().lastHeartbeatOkMono, undefined, "no heartbeat before the first interval");
+
+  sched.advance(HB);
+  await waitFor("the heartbeat sent at 1000 is answered", () => a.status().lastHeartbeatOkMono === HB);
+  assert.equal(a.leaseValidUntilMono(), HB + LEASE - MARGIN, "the deadline is the send time + lease - margin");
+
+  // The next heartbeat goes out at 2000 and is still unanswered when the deadline passes: the
+  // advances run synchronously, so no answer can arrive between them.
+  sched.advance(LEASE - MARGIN - 1); // mono 5499
+  assert.ok(a.isLeaseLive() && a.ownsPartition("t", 0, 1), "live until the deadline");
+  assert.deepEqual(leaseEvents, []);
+  sched.advance(2); // mono 5501
+  assert.ok(!a.isLeaseLive(), "the lease lapsed at the local deadline");
+  assert.ok(!a.ownsPartition("t", 0, 1), "without a lease the node owns nothing");
+  assert.deepEqual(leaseEvents, [false], "the broker is told at once");
+
+  await waitFor("the heartbeat sent at 2000 is answered", () => a.status().lastHeartbeatOkMono === 5501);
+  assert.equal(a.leaseValidUntilMono(), 2 * HB + LEASE - MARGIN, "a late answer extends the lease from its send, not its arrival");
+  assert.ok(a.isLeaseLive() && a.ownsPartition("t", 0, 1));
+  assert.deepEqual(leaseEvents, [false, true]);
+
+  // Heartbeats start every interval from the previous start: the one due at 3000 is overdue and
+  // goes out as soon as time moves.
+  sched.advance(0);
+  await waitFor("the overdue heartbeat is answered", () => a.leaseValidUntilMono() === 5501 + LEASE - MARGIN);
+
+  // The LISTEN reconnect waits on the scheduler too: a minute of back-off passes only when advanced.
+  await sql(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'narad-listen m' AND datname = current_database()");
+  await waitFor("the LISTEN connection drops", () => !a.status().listening, 3000);
+  sched.advance(NEVER * 1.2);
+  await waitFor("the LISTEN connection is back once the back-off has passed", () => a.status().listening, 5000);
+
+  await a.close();
+  assert.equal(sched.pending, 0, "close leaves no timer behind");
 });
 
 test("placement spreads partitions over the least-loaded live nodes, skips down ones, and only grows", async () => {

@@ -1,0 +1,122 @@
+// What the control plane holds, as the rest of the cluster sees it: nodes with their leases,
+// topics (the broker's TopicMeta fields), the placement of every partition with its owner and
+// epoch, users with their generation, and the change events computed as differences of the
+// cached view. The rows PostgreSQL returns, and their conversion into these, are in ./rows.ts.
+
+import { NaradError } from "../../protocol/errors.js";
+import type { ChildJson } from "../../protocol/wire.js";
+import type { StoredUser } from "../../auth/user-store-api.js";
+
+export type NodeState = "live" | "down";
+
+export interface ClusterNode {
+  id: string;
+  /** Small integer, kept across restarts; for receipt handles. */
+  nodeNumber: number;
+  advertiseUrl: string;
+  bootId: string;
+  /** live while its lease has not expired by the database clock (as of the last read). */
+  state: NodeState;
+  /** True after a graceful stop released the lease. */
+  stopped: boolean;
+  /** Database time (ms since the epoch) at which its lease expires. */
+  leaseExpiresAtMs: number;
+  version: number;
+}
+
+/** The broker's TopicMeta, as the cluster keeps it. */
+export interface ClusterTopic {
+  name: string;
+  incarnation: number;
+  partitions: number;
+  visibility_timeout_ms: number;
+  retention_ms: number;
+  owner: string | null;
+  children: ChildJson[];
+  created_at: number;
+  version: number;
+}
+
+export type PartitionState = "serving" | "moving";
+
+export interface PartitionPlacement {
+  topic: string;
+  partition: number;
+  /** The owner: the only node whose log holds this partition. */
+  node: string;
+  /** Raised by every change of owner; a node writes only at the epoch it opened the partition with. */
+  epoch: number;
+  state: PartitionState;
+  /** The node a move in progress copies to. */
+  moveTo: string | null;
+  version: number;
+}
+
+export interface NewTopic {
+  name: string;
+  partitions: number;
+  visibility_timeout_ms: number;
+  retention_ms: number;
+  owner: string | null;
+  /** Random in [1, 2^32) when absent. */
+  incarnation?: number;
+  /** ms since the epoch; the clock's now when absent. */
+  created_at?: number;
+  children?: ChildJson[];
+  /**
+   * The owner of each partition, chosen by the caller (a replica child kept off its parent's
+   * nodes); absent: the least-loaded live nodes. Each must be a registered node.
+   */
+  nodes?: string[];
+}
+
+export interface TopicChange {
+  /** Only grows; NaradError partitions_decrease otherwise. */
+  partitions?: number;
+  visibility_timeout_ms?: number;
+  retention_ms?: number;
+  children?: ChildJson[];
+  /** Owners of the new partitions, as NewTopic.nodes. */
+  nodes?: string[];
+}
+
+export interface TopicWithPlacement {
+  topic: ClusterTopic;
+  placement: PartitionPlacement[];
+}
+
+export type ChangeEvent =
+  | { kind: "node"; id: string; before?: ClusterNode; after?: ClusterNode }
+  | { kind: "topic"; name: string; before?: ClusterTopic; after?: ClusterTopic }
+  | { kind: "partition"; topic: string; partition: number; before?: PartitionPlacement; after?: PartitionPlacement }
+  | { kind: "user"; name: string; beforeGeneration?: number; afterGeneration?: number }
+  /** This node's own lease became live or ran out (by the local deadline). */
+  | { kind: "lease"; live: boolean }
+  /** A newer process registered with this node id: this one must stop serving for good. */
+  | { kind: "superseded" };
+
+export interface ControlPlaneStatus {
+  nodeId: string;
+  nodeNumber: number;
+  leaseLive: boolean;
+  leaseValidUntilMono: number;
+  superseded: boolean;
+  /** The LISTEN connection is up. */
+  listening: boolean;
+  lastHeartbeatOkMono: number | undefined;
+  lastResyncOkMono: number | undefined;
+  heartbeatFailures: number;
+}
+
+export function userNotFound(name: string): NaradError {
+  return new NaradError("user_not_found", `No user ${JSON.stringify(name)}.`);
+}
+
+export function topicNotFound(name: string): NaradError {
+  return new NaradError("topic_not_found", `Topic ${JSON.stringify(name)} does not exist; create it first.`);
+}
+
+/** A user as the view caches it: the stored record and its row version (the generation). */
+export interface UserEntry extends StoredUser {
+  version: number;
+}
