@@ -320,6 +320,14 @@ export class FileAckLog implements AckLog {
     return this.enqueue(() => this.syncStep());
   }
 
+  /**
+   * Resolves once every file step queued so far (by a timer or a call) is done, failed ones
+   * included: a test advances a ManualScheduler, then awaits this.
+   */
+  drained(): Promise<void> {
+    return this.chain;
+  }
+
   flushAndSync(): Promise<void> {
     return this.enqueue(async () => {
       this.flushStep();
