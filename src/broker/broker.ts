@@ -32,7 +32,7 @@ import { CursorFile } from "../storage/cursor-file.js";
 import { Narad, NaradPartialBatchError } from "../client/index.js";
 import { CopyPartlyStored, PartitionCopier, REMOTE_PUSH_TIMEOUT_MS, type ChildLink } from "./children.js";
 import { writeFileAtomic } from "../platform/files.js";
-import { openAckLog, openPartitionLog } from "../storage/index.js";
+import { openAckLog, openPartitionLog, type StorageFs } from "../storage/index.js";
 import type { Clock } from "../platform/clock.js";
 import type { StoredRecord } from "../storage/types.js";
 import { HandleCodec } from "./handles.js";
@@ -66,6 +66,8 @@ export interface BrokerOptions {
   bugs: TestBugs;
   /** Set in cluster mode. */
   cluster?: BrokerCluster;
+  /** The filesystem of every partition's files (default node:fs; tests inject faults). */
+  storageFs?: StorageFs;
 }
 
 /** What the broker needs from the cluster (src/cluster). */
@@ -258,6 +260,7 @@ export class Broker {
         segmentBytesMax: o.segmentBytesMax,
         segmentAgeMaxMs: o.segmentAgeMaxMs,
         powerLoss: o.powerLoss,
+        fs: o.storageFs,
       });
       const r = log.recovery;
       if (r.truncatedBytes > 0 || r.corruptRecords.length > 0 || r.rebuiltIndexes.length > 0) {
@@ -269,6 +272,7 @@ export class Broker {
         ackFlushIntervalMs: o.ackFlushIntervalMs,
         ackSyncIntervalMs: o.ackSyncIntervalMs,
         powerLoss: o.powerLoss,
+        fs: o.storageFs,
       });
       const tagKey = `${t.meta.name}/${t.meta.incarnation}/${i}`;
       const part = new Partition(i, log, acks, epoch, this.lastTags.get(tagKey) ?? 0);
@@ -278,6 +282,7 @@ export class Broker {
         ackSyncIntervalMs: o.ackSyncIntervalMs,
         powerLoss: o.powerLoss,
         logger,
+        fs: o.storageFs,
         periodicFlush: !o.bugs.has("copy-cursors-not-persisted"), // seeded bug
       });
       // A link without a cursor here means the partition was added after the attach: every

@@ -15,7 +15,13 @@
 // starts an empty log, so new blocks never sit behind a damaged tail.
 //
 // All file work (flush, sync, compaction, close) runs one step at a time on a promise chain;
-// compaction awaits, and a flush must not write into a log that is about to be truncated.
+// compaction awaits, and a flush must not write into a log that is about to be truncated. It goes
+// through the StorageFs of the options, and the two intervals through their Scheduler, so a test
+// drives a flush by advancing a ManualScheduler and injects a failing fdatasync.
+//
+// A failed write is retried by the next flush at the same position (nothing was claimed durable).
+// A failed fdatasync is never retried (fsyncgate, see syncStep): the next sync step rewrites the
+// whole state as a snapshot instead.
 //
 // acks.log block layout (little-endian):
 //
@@ -39,7 +45,6 @@
 //   20+16n  u32   crc32c of every byte before it
 
 import assert from "node:assert/strict";
-import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
 import { crc32c } from "@node-rs/crc32";
@@ -53,7 +58,9 @@ import {
   openAsync,
   writeFullySync,
 } from "./files.js";
-import { fsyncDir, isAtomicTempName, writeFileAtomic } from "../platform/files.js";
+import { isAtomicTempName } from "../platform/files.js";
+import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
+import { realFs, type StorageFs } from "./fs.js";
 
 export const ACK_LOG_FILE = "acks.log";
 export const ACK_SNAPSHOT_FILE = "acks.snapshot";
@@ -231,6 +238,8 @@ export class FileAckLog implements AckLog {
   readonly stats: AckLogStats = { blocksWritten: 0, syncs: 0, compactions: 0 };
 
   private readonly log: Logger;
+  private readonly fs: StorageFs;
+  private readonly scheduler: Scheduler;
   private readonly set = new AckedSet();
   private readonly logPath: string;
   private readonly snapshotPath: string;
@@ -247,8 +256,8 @@ export class FileAckLog implements AckLog {
   private chain: Promise<void> = Promise.resolve();
   private flushQueued = false;
   private syncQueued = false;
-  private flushTimer: NodeJS.Timeout | null = null;
-  private syncTimer: NodeJS.Timeout | null = null;
+  private flushTimer: Timer | null = null;
+  private syncTimer: Timer | null = null;
   private closed = false;
   private closePromise: Promise<void> | null = null;
 
@@ -257,6 +266,8 @@ export class FileAckLog implements AckLog {
     private readonly opts: AckLogOptions,
   ) {
     this.log = opts.logger.child({ module: "storage", component: "ack-log", partitionDir: dir });
+    this.fs = opts.fs ?? realFs;
+    this.scheduler = opts.scheduler ?? systemScheduler;
     this.logPath = path.join(dir, ACK_LOG_FILE);
     this.snapshotPath = path.join(dir, ACK_SNAPSHOT_FILE);
     this.ackLogBytesMax = opts.ackLogBytesMax ?? ACK_LOG_BYTES_MAX_DEFAULT;
@@ -309,6 +320,14 @@ export class FileAckLog implements AckLog {
     return this.enqueue(() => this.syncStep());
   }
 
+  /**
+   * Resolves once every file step queued so far (by a timer or a call) is done, failed ones
+   * included: a test advances a ManualScheduler, then awaits this.
+   */
+  drained(): Promise<void> {
+    return this.chain;
+  }
+
   flushAndSync(): Promise<void> {
     return this.enqueue(async () => {
       this.flushStep();
@@ -323,15 +342,15 @@ export class FileAckLog implements AckLog {
 
   private async closeNow(): Promise<void> {
     this.closed = true;
-    if (this.flushTimer !== null) clearInterval(this.flushTimer);
-    if (this.syncTimer !== null) clearInterval(this.syncTimer);
+    this.flushTimer?.cancel();
+    this.syncTimer?.cancel();
     try {
       await this.flushAndSync();
     } finally {
       if (this.fd >= 0) {
         const fd = this.fd;
         this.fd = -1;
-        await closeAsync(fd).catch(() => {});
+        await closeAsync(this.fs, fd).catch(() => {});
       }
     }
   }
@@ -350,7 +369,7 @@ export class FileAckLog implements AckLog {
       this.heldBlocks.push(block);
     } else {
       // On failure nothing is cleared and logBytes stays: the next attempt overwrites the partial write.
-      writeFullySync(this.fd, block, 0, block.length, this.logBytes);
+      writeFullySync(this.fs, this.fd, block, 0, block.length, this.logBytes);
       this.logBytes += block.length;
       this.dirty = true;
       this.stats.blocksWritten++;
@@ -362,18 +381,23 @@ export class FileAckLog implements AckLog {
     if (this.fd < 0) return;
     if (this.heldBlocks.length > 0) {
       const data = this.heldBlocks.length === 1 ? this.heldBlocks[0]! : Buffer.concat(this.heldBlocks);
-      writeFullySync(this.fd, data, 0, data.length, this.logBytes);
+      writeFullySync(this.fs, this.fd, data, 0, data.length, this.logBytes);
       this.logBytes += data.length;
       this.dirty = true;
       this.stats.blocksWritten += this.heldBlocks.length;
       this.heldBlocks = [];
     }
-    if (this.dirty) {
+    // When a snapshot is due it covers every ack in memory: syncing the log first would be moot.
+    if (this.dirty && !this.snapshotNeeded) {
       this.dirty = false;
       try {
-        await fdatasyncAsync(this.fd);
+        await fdatasyncAsync(this.fs, this.fd);
       } catch (err) {
-        this.dirty = true;
+        // Never retry a failed fsync (fsyncgate): the kernel may have dropped the dirty pages and
+        // marked them clean, so a second fdatasync would succeed without them. The in-memory set
+        // is whole, so the next sync step writes it as a fresh snapshot (a new file with its own
+        // fsync, then the log is truncated) instead.
+        this.snapshotNeeded = true;
         throw err;
       }
       this.stats.syncs++;
@@ -384,51 +408,49 @@ export class FileAckLog implements AckLog {
   /** Snapshot first (durable), then drop the log: an ack is always in one of the two. */
   private async compact(): Promise<void> {
     const snapshot = encodeSnapshot(this.set);
-    await writeFileAtomic(this.snapshotPath, snapshot);
+    await this.fs.writeFileAtomic(this.snapshotPath, snapshot);
     this.snapshotNeeded = false;
     // Blocks not yet in the file (power-loss mode) are covered by the snapshot; they are still
     // written later, harmlessly, since replaying an ack twice changes nothing.
-    await ftruncateAsync(this.fd, 0);
+    await ftruncateAsync(this.fs, this.fd, 0);
     this.logBytes = 0;
-    await fdatasyncAsync(this.fd);
+    await fdatasyncAsync(this.fs, this.fd);
     this.dirty = false;
     this.stats.compactions++;
     this.log.debug({ snapshotBytes: snapshot.length, floor: this.set.floor, ranges: this.set.rangeCount }, "ack log compacted");
   }
 
   private startTimers(): void {
-    this.flushTimer = setInterval(() => {
+    this.flushTimer = this.scheduler.every(this.opts.ackFlushIntervalMs, () => {
       if (this.flushQueued) return;
       this.flushQueued = true;
       this.enqueue(() => {
         this.flushQueued = false;
         this.flushStep();
       }).catch((err: unknown) => this.log.error({ err }, "writing acks failed; retrying at the next flush"));
-    }, this.opts.ackFlushIntervalMs);
-    this.flushTimer.unref();
-    this.syncTimer = setInterval(() => {
+    });
+    this.syncTimer = this.scheduler.every(this.opts.ackSyncIntervalMs, () => {
       if (this.syncQueued) return;
       this.syncQueued = true;
       this.enqueue(async () => {
         this.syncQueued = false;
         await this.syncStep();
-      }).catch((err: unknown) => this.log.error({ err }, "syncing acks failed; retrying at the next sync"));
-    }, this.opts.ackSyncIntervalMs);
-    this.syncTimer.unref();
+      }).catch((err: unknown) => this.log.error({ err }, "syncing acks failed; the next sync writes a fresh snapshot"));
+    });
   }
 
   async recover(): Promise<void> {
     if (this.opts.powerLoss) this.log.warn("TEST-ONLY power-loss mode: unsynced acks are kept in process memory");
-    await fsp.mkdir(this.dir, { recursive: true });
-    for (const name of await fsp.readdir(this.dir)) {
+    await this.fs.mkdirp(this.dir);
+    for (const { name } of await this.fs.readdir(this.dir)) {
       // A snapshot write that died before its rename; the old snapshot is still in place.
       if (name.startsWith(`${ACK_SNAPSHOT_FILE}.`) && isAtomicTempName(name)) {
-        await fsp.unlink(path.join(this.dir, name)).catch(() => {});
+        await this.fs.unlink(path.join(this.dir, name)).catch(() => {});
       }
     }
     let snapshot: Buffer | null = null;
     try {
-      snapshot = await fsp.readFile(this.snapshotPath);
+      snapshot = await this.fs.readFile(this.snapshotPath);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
@@ -443,7 +465,7 @@ export class FileAckLog implements AckLog {
 
     let logData: Buffer | null = null;
     try {
-      logData = await fsp.readFile(this.logPath);
+      logData = await this.fs.readFile(this.logPath);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
@@ -451,13 +473,13 @@ export class FileAckLog implements AckLog {
 
     let created = false;
     try {
-      this.fd = await openAsync(this.logPath, "r+");
+      this.fd = await openAsync(this.fs, this.logPath, "r+");
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-      this.fd = await openAsync(this.logPath, "w+");
+      this.fd = await openAsync(this.fs, this.logPath, "w+");
       created = true;
     }
-    if (created) await fsyncDir(this.dir);
+    if (created) await this.fs.fsyncDir(this.dir);
     if ((logData !== null && logData.length > 0) || this.recovery.snapshotProblem !== null) await this.compact();
     const damaged =
       this.recovery.snapshotProblem !== null || this.recovery.corruptBlocks.length > 0 || this.recovery.truncatedBytes > 0;

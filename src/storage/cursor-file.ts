@@ -24,10 +24,17 @@
 // which keep only numbers, skip them). When the stored lists would not fit the slot they are left
 // out of it (logged): the copier then copies those batches whole again after a restart.
 // In the test-only power-loss mode a write goes to memory and reaches the file only with the sync.
+//
+// Files go through the StorageFs and the intervals through the Scheduler of the options. A failed
+// write or fdatasync in a timer is logged, not thrown (that would end the process); the cursors
+// are then marked dirty, so the next flush writes the whole state into the other slot and the
+// next sync covers fresh pages: a failed fsync is never simply retried (fsyncgate).
 
 import { crc32c } from "@node-rs/crc32";
-import { closeSync, fdatasync, openSync, readSync, writeSync } from "node:fs";
 import type { Logger } from "pino";
+import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
+import { fdatasyncAsync, writeFullySync } from "./files.js";
+import { realFs, type StorageFs } from "./fs.js";
 
 export const SLOT_BYTES = 64 * 1024;
 const HEADER = 16;
@@ -41,6 +48,10 @@ export interface CursorFileOptions {
   ackSyncIntervalMs: number;
   powerLoss: boolean;
   logger: Logger;
+  /** Runs the flush and sync intervals (default systemScheduler). */
+  scheduler?: Scheduler;
+  /** Every file operation (default realFs). */
+  fs?: StorageFs;
   /**
    * TEST ONLY, false for the seeded bug copy-cursors-not-persisted: advanced cursors are not
    * written every ackFlushIntervalMs, only on attach (setNow) and close. Default true.
@@ -56,30 +67,38 @@ export class CursorFile {
   private dirty = false;
   private pendingSlot: Buffer | undefined; // power-loss mode: written but not yet synced
   private unsynced = false;
-  private readonly flushTimer: NodeJS.Timeout;
-  private readonly syncTimer: NodeJS.Timeout;
+  private readonly flushTimer: Timer;
+  private readonly syncTimer: Timer;
   private closed = false;
 
   private constructor(
+    private readonly fs: StorageFs,
     private readonly fd: number,
     private readonly opts: CursorFileOptions,
   ) {
-    this.flushTimer = setInterval(() => {
-      if (opts.periodicFlush !== false) this.flush();
-    }, opts.ackFlushIntervalMs);
-    this.flushTimer.unref();
-    this.syncTimer = setInterval(() => void this.sync(), opts.ackSyncIntervalMs);
-    this.syncTimer.unref();
+    const scheduler = opts.scheduler ?? systemScheduler;
+    this.flushTimer = scheduler.every(opts.ackFlushIntervalMs, () => {
+      if (opts.periodicFlush === false) return;
+      try {
+        this.flush();
+      } catch (err) {
+        opts.logger.error({ err }, "writing copy cursors failed; the next flush writes them again");
+      }
+    });
+    this.syncTimer = scheduler.every(opts.ackSyncIntervalMs, () => {
+      this.sync().catch((err: unknown) => opts.logger.error({ err }, "syncing copy cursors failed; the next flush rewrites them"));
+    });
   }
 
   static open(path: string, opts: CursorFileOptions): CursorFile {
-    closeSync(openSync(path, "a")); // create it if missing; O_APPEND would defeat positioned writes
-    const rw = openSync(path, "r+");
-    const f = new CursorFile(rw, opts);
+    const fs = opts.fs ?? realFs;
+    fs.closeSync(fs.openSync(path, "a")); // create it if missing; O_APPEND would defeat positioned writes
+    const rw = fs.openSync(path, "r+");
+    const f = new CursorFile(fs, rw, opts);
     let best: { seq: number; map: Record<string, unknown> } | undefined;
     for (let slot = 0; slot < 2; slot++) {
       const buf = Buffer.alloc(SLOT_BYTES);
-      const n = readSync(rw, buf, 0, SLOT_BYTES, slot * SLOT_BYTES);
+      const n = fs.readSync(rw, buf, 0, SLOT_BYTES, slot * SLOT_BYTES);
       if (n < HEADER) continue;
       const len = buf.readUInt32LE(0);
       if (len > SLOT_BYTES - HEADER || HEADER + len > n) continue;
@@ -170,12 +189,19 @@ export class CursorFile {
     this.dirty = false;
     const buf = this.encode();
     if (this.opts.powerLoss) this.pendingSlot = buf;
-    else this.write(buf);
+    else {
+      try {
+        this.write(buf);
+      } catch (err) {
+        this.dirty = true;
+        throw err;
+      }
+    }
     this.unsynced = true;
   }
 
   private write(buf: Buffer): void {
-    writeSync(this.fd, buf, 0, buf.length, (this.seq % 2) * SLOT_BYTES);
+    writeFullySync(this.fs, this.fd, buf, 0, buf.length, (this.seq % 2) * SLOT_BYTES);
   }
 
   async sync(): Promise<void> {
@@ -185,7 +211,13 @@ export class CursorFile {
       this.write(this.pendingSlot);
       this.pendingSlot = undefined;
     }
-    await new Promise<void>((res, rej) => fdatasync(this.fd, (e) => (e ? rej(e) : res())));
+    try {
+      await fdatasyncAsync(this.fs, this.fd);
+    } catch (err) {
+      // The slot's pages may be gone while the kernel calls them clean: write the state again.
+      this.dirty = true;
+      throw err;
+    }
   }
 
   async close(): Promise<void> {
@@ -193,8 +225,8 @@ export class CursorFile {
     this.flush();
     await this.sync();
     this.closed = true;
-    clearInterval(this.flushTimer);
-    clearInterval(this.syncTimer);
-    closeSync(this.fd);
+    this.flushTimer.cancel();
+    this.syncTimer.cancel();
+    this.fs.closeSync(this.fd);
   }
 }

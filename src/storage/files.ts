@@ -1,32 +1,34 @@
-// File helpers shared by the partition log and the ack log (small durable files are
-// ../platform/files.ts).
+// File helpers shared by the partition log, the ack log and the cursor file, over the StorageFs
+// they were handed (./fs.ts; small durable files are ../platform/files.ts, reached through it).
 //
-// The callback-style wrappers exist because the hot path (group commit) wants exactly one libuv
-// threadpool job per fdatasync and nothing else; fs/promises' FileHandle adds its own bookkeeping.
+// The promise forms are for the cold paths (open, recovery, close, maintenance). The hot path
+// (group commit) calls the callback form of StorageFs directly: exactly one libuv threadpool job
+// per fdatasync and nothing else.
 
-import fs from "node:fs";
+import type { StorageFs } from "./fs.js";
 
-export function openAsync(p: string, flags: string): Promise<number> {
-  return new Promise((resolve, reject) => fs.open(p, flags, (err, fd) => (err ? reject(err) : resolve(fd))));
+/** mode 0o666 (before the umask) is what node:fs uses when none is given. */
+export function openAsync(fs: StorageFs, p: string, flags: string, mode = 0o666): Promise<number> {
+  return new Promise((resolve, reject) => fs.open(p, flags, mode, (err, fd) => (err ? reject(err) : resolve(fd))));
 }
 
-export function closeAsync(fd: number): Promise<void> {
+export function closeAsync(fs: StorageFs, fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.close(fd, (err) => (err ? reject(err) : resolve())));
 }
 
-export function fsyncAsync(fd: number): Promise<void> {
+export function fsyncAsync(fs: StorageFs, fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.fsync(fd, (err) => (err ? reject(err) : resolve())));
 }
 
-export function fdatasyncAsync(fd: number): Promise<void> {
+export function fdatasyncAsync(fs: StorageFs, fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())));
 }
 
-export function ftruncateAsync(fd: number, lengthBytes: number): Promise<void> {
+export function ftruncateAsync(fs: StorageFs, fd: number, lengthBytes: number): Promise<void> {
   return new Promise((resolve, reject) => fs.ftruncate(fd, lengthBytes, (err) => (err ? reject(err) : resolve())));
 }
 
-export function fstatSizeAsync(fd: number): Promise<number> {
+export function fstatSizeAsync(fs: StorageFs, fd: number): Promise<number> {
   return new Promise((resolve, reject) => fs.fstat(fd, (err, st) => (err ? reject(err) : resolve(st.size))));
 }
 
@@ -35,6 +37,7 @@ export function fstatSizeAsync(fd: number): Promise<number> {
  * Returns the number of bytes read.
  */
 export async function readFullyAt(
+  fs: StorageFs,
   fd: number,
   buf: Buffer,
   offset: number,
@@ -55,7 +58,7 @@ export async function readFullyAt(
 }
 
 /** readFullyAt, on the calling thread: for data the page cache surely holds (see PartitionLog.readRuns). */
-export function readFullyAtSync(fd: number, buf: Buffer, offset: number, length: number, position: number): number {
+export function readFullyAtSync(fs: StorageFs, fd: number, buf: Buffer, offset: number, length: number, position: number): number {
   let done = 0;
   while (done < length) {
     const n = fs.readSync(fd, buf, offset + done, length - done, position + done);
@@ -66,7 +69,7 @@ export function readFullyAtSync(fd: number, buf: Buffer, offset: number, length:
 }
 
 /** Writes buf[start, end) at file position `position`, looping over short writes. */
-export function writeFullySync(fd: number, buf: Buffer, start: number, end: number, position: number): void {
+export function writeFullySync(fs: StorageFs, fd: number, buf: Buffer, start: number, end: number, position: number): void {
   let off = start;
   let pos = position;
   while (off < end) {

@@ -10,6 +10,7 @@ export type {
   SyncInfo,
 } from "./types.js";
 export { StorageError, type StorageErrorCode } from "./errors.js";
+export { realFs, type StorageFs, type DirEntry, type FsCallback } from "./fs.js";
 export { openPartitionLog, FilePartitionLog, type LogStats } from "./partition-log.js";
 export { openAckLog, FileAckLog, type AckLogRecovery, type AckLogStats, ACK_LOG_FILE, ACK_SNAPSHOT_FILE } from "./ack-log.js";
 export { PAYLOAD_BYTES_MAX, KEY_BYTES_MAX, recordBytes } from "./record.js";

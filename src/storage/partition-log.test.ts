@@ -7,7 +7,8 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import { openPartitionLog, type FilePartitionLog } from "./partition-log.js";
 import type { AppendInput, StoredRecord } from "./types.js";
-import { HEADER_BYTES } from "./record.js";
+import { encodeRecord, HEADER_BYTES, KEY_BYTES_MAX } from "./record.js";
+import { LIMITS } from "../protocol/wire.js";
 import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "../../test/support/storage.js";
 
 const MiB = 1024 * 1024;
@@ -166,6 +167,49 @@ test("an oversized payload is refused before anything is assigned", async () => 
       RangeError,
     );
     assert.equal(log.endOffset, 0);
+    await log.close();
+  });
+});
+
+test("keys: the wire's limit (4 096 bytes) is storage's; one byte more is refused before anything is assigned", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    let log = await openPartitionLog(dir, logOptions(clock, captureLogger().logger));
+    assert.equal(KEY_BYTES_MAX, LIMITS.keyBytesMax);
+    const longest: AppendInput = { key: seededBytes(3, LIMITS.keyBytesMax), payload: seededBytes(4, 10) };
+    assert.throws(
+      () => log.append([payloadOf(1), { key: Buffer.alloc(LIMITS.keyBytesMax + 1), payload: Buffer.alloc(1) }], clock.nowMs()),
+      (err: Error) => err instanceof RangeError && err.message.includes(`${LIMITS.keyBytesMax}-byte limit`),
+    );
+    assert.equal(log.endOffset, 0);
+    await log.append([longest], clock.nowMs()).durable;
+    await log.close();
+    log = await openPartitionLog(dir, logOptions(clock, captureLogger().logger));
+    const [got] = await log.read(0, 10, MiB);
+    assertRecord(got, 0, clock.nowMs(), longest);
+    await log.close();
+  });
+});
+
+test("a stored record with a key over the wire's limit but within format v1's 64 KiB is still recovered and served (old data is never turned into damage)", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    const cap = captureLogger();
+    // Written by hand, as a build that let such a key through would have: two records, the first
+    // with a 5 000-byte key, the second ordinary (so the first is not a tail either way).
+    const big: AppendInput = { key: seededBytes(5, 5000), payload: seededBytes(6, 100) };
+    const small = payloadOf(7);
+    const buf = Buffer.alloc(2 * HEADER_BYTES + 5000 + 200);
+    let pos = encodeRecord(buf, 0, 0, clock.nowMs(), big.key, big.payload);
+    pos = encodeRecord(buf, pos, 1, clock.nowMs(), small.key, small.payload);
+    await fsp.writeFile(segmentFile(dir, 0, "log"), buf.subarray(0, pos));
+    const log = await openPartitionLog(dir, logOptions(clock, cap.logger));
+    assert.deepEqual(log.recovery, { segments: 1, records: 2, truncatedBytes: 0, corruptRecords: [], rebuiltIndexes: [] });
+    const got = await log.read(0, 10, MiB);
+    assert.equal(got.length, 2);
+    assertRecord(got[0], 0, clock.nowMs(), big);
+    assertRecord(got[1], 1, clock.nowMs(), small);
+    assert.equal(log.stats.corruptReads, 0);
     await log.close();
   });
 });

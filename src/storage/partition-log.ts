@@ -7,9 +7,10 @@
 // staging buffer to the segment file(s) and issues ONE fdatasync on the libuv threadpool. Every
 // append queued before that write shares one `durable` promise (one promise per commit, not per
 // record or per call), resolved when the fdatasync returns; appends made meanwhile wait for the
-// next commit. The flush starts from setImmediate, after the poll phase, so all appends made by the
-// I/O callbacks of one event-loop turn share it. The fdatasync is the only thing a produce waits
-// for, so throughput is bounded by the disk's flush rate times the batch size, not by syscalls.
+// next commit. The flush starts from the scheduler's `soon` (setImmediate), after the poll phase,
+// so all appends made by the I/O callbacks of one event-loop turn share it. The fdatasync is the
+// only thing a produce waits for, so throughput is bounded by the disk's flush rate times the
+// batch size, not by syscalls. Files are reached through the StorageFs passed in (./fs.ts).
 //
 // Bytes reach the file only in the flush step, immediately followed by fdatasync, in normal and in
 // power-loss mode alike (the test-only mode needs nothing extra here): until then they live in
@@ -36,11 +37,10 @@
 // by the flusher or by the roll, whichever comes first.
 
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import fsp from "node:fs/promises";
 import path from "node:path";
 import type { Logger } from "pino";
 import type { Clock } from "../platform/clock.js";
+import { systemScheduler, type Scheduler } from "../platform/scheduler.js";
 import type {
   AppendInput,
   PartitionLog,
@@ -80,7 +80,8 @@ import {
   readFullyAtSync,
   writeFullySync,
 } from "./files.js";
-import { isAtomicTempName, writeFileAtomic } from "../platform/files.js";
+import { isAtomicTempName } from "../platform/files.js";
+import { realFs, type StorageFs } from "./fs.js";
 
 /** Positions are u32 and NO_RECORD is reserved, so a segment stays well below 4 GiB. */
 const SEGMENT_BYTES_LIMIT = 2 * 1024 * 1024 * 1024;
@@ -158,6 +159,8 @@ export class FilePartitionLog implements PartitionLog {
 
   private readonly log: Logger;
   private readonly clock: Clock;
+  private readonly scheduler: Scheduler;
+  private readonly fs: StorageFs;
   private readonly segmentBytesMax: number;
   private readonly segmentAgeMaxMs: number;
   private readonly openSegmentFdsMax: number;
@@ -199,6 +202,8 @@ export class FilePartitionLog implements PartitionLog {
   ) {
     this.log = opts.logger.child({ module: "storage", partitionDir: dir });
     this.clock = opts.clock;
+    this.scheduler = opts.scheduler ?? systemScheduler;
+    this.fs = opts.fs ?? realFs;
     if (!(opts.segmentBytesMax > 0 && opts.segmentBytesMax <= SEGMENT_BYTES_LIMIT)) {
       throw new RangeError(`segmentBytesMax must be in (0, ${SEGMENT_BYTES_LIMIT}], got ${opts.segmentBytesMax}`);
     }
@@ -304,7 +309,7 @@ export class FilePartitionLog implements PartitionLog {
   private scheduleFlush(): void {
     if (this.flushScheduled || this.syncing !== null || this.failure !== null) return;
     this.flushScheduled = true;
-    setImmediate(this.flush);
+    this.scheduler.soon(this.flush);
   }
 
   /** Writes everything staged, then one fdatasync round covering it. */
@@ -322,7 +327,7 @@ export class FilePartitionLog implements PartitionLog {
       for (const g of groups) {
         const seg = g.seg;
         if (seg.fd < 0) this.createSegmentFile(seg);
-        writeFullySync(seg.fd, this.stage, g.start, g.end, seg.writtenBytes);
+        writeFullySync(this.fs, seg.fd, this.stage, g.start, g.end, seg.writtenBytes);
         seg.writtenBytes += g.end - g.start;
         if (!touched.includes(seg)) touched.push(seg);
       }
@@ -349,10 +354,10 @@ export class FilePartitionLog implements PartitionLog {
     };
     for (const seg of touched) {
       this.stats.fdatasyncs++;
-      fs.fdatasync(seg.fd, done);
+      this.fs.fdatasync(seg.fd, done);
     }
     // A new segment's records are durable only once its directory entry is.
-    if (dirSync) fs.fsync(this.dirFd, done);
+    if (dirSync) this.fs.fsync(this.dirFd, done);
   };
 
   private syncDone(commit: Commit, err: Error | null, t0: number): void {
@@ -420,7 +425,7 @@ export class FilePartitionLog implements PartitionLog {
   private createSegmentFile(seg: Segment): void {
     assert.ok(seg.fd < 0);
     // wx: a file with this base offset can only be left from something we do not understand.
-    seg.fd = fs.openSync(seg.logPath, "wx+", 0o644);
+    seg.fd = this.fs.openSync(seg.logPath, "wx+", 0o644);
     seg.writtenBytes = 0;
     this.dirSyncNeeded = true;
   }
@@ -462,7 +467,7 @@ export class FilePartitionLog implements PartitionLog {
 
   private persistIndex(seg: Segment): void {
     const data = encodeIndex(seg);
-    const write = writeFileAtomic(seg.indexPath, data).catch((err: unknown) => {
+    const write = this.fs.writeFileAtomic(seg.indexPath, data).catch((err: unknown) => {
       // The index is a cache of the segment: losing it costs a scan at the next open, nothing else.
       this.log.warn({ err, segment: seg.name }, "could not write segment index; it will be rebuilt at next open");
     });
@@ -481,7 +486,7 @@ export class FilePartitionLog implements PartitionLog {
       this.createSegmentFile(seg);
       // The flusher also fsyncs the directory before its next commit covers this segment
       // (dirSyncNeeded stays set), so records are never durable before their file's entry.
-      await fsyncAsync(this.dirFd);
+      await fsyncAsync(this.fs, this.dirFd);
     } catch (err) {
       this.fail(err, "segment creation", null);
       throw this.failure;
@@ -489,7 +494,7 @@ export class FilePartitionLog implements PartitionLog {
   }
 
   private acquireFd(seg: Segment): number {
-    if (seg.fd < 0) seg.fd = fs.openSync(seg.logPath, "r");
+    if (seg.fd < 0) seg.fd = this.fs.openSync(seg.logPath, "r");
     if (!seg.pinned) {
       this.fdCache.delete(seg);
       this.fdCache.set(seg, true);
@@ -520,7 +525,7 @@ export class FilePartitionLog implements PartitionLog {
     if (seg.fd < 0) return;
     const fd = seg.fd;
     seg.fd = -1;
-    fs.close(fd, (err) => {
+    this.fs.close(fd, (err) => {
       if (err) this.log.warn({ err, segment: seg.name }, "closing a segment file failed");
     });
   }
@@ -568,7 +573,7 @@ export class FilePartitionLog implements PartitionLog {
     }
     if (removed.length === 0) return this.earliestOffset;
     for (const s of removed) await this.removeSegment(s);
-    await fsyncAsync(this.dirFd).catch((err: unknown) => this.log.warn({ err }, "directory fsync after retention failed"));
+    await fsyncAsync(this.fs, this.dirFd).catch((err: unknown) => this.log.warn({ err }, "directory fsync after retention failed"));
     this.log.info(
       { removed: removed.map((s) => s.name), earliestOffset: this.earliestOffset, retentionMs },
       "retention removed segments",
@@ -582,7 +587,7 @@ export class FilePartitionLog implements PartitionLog {
     if (seg.refs === 0) this.closeSegmentFd(seg);
     if (seg.indexWrite !== null) await seg.indexWrite;
     for (const p of [seg.logPath, seg.indexPath]) {
-      await fsp.unlink(p).catch((err: NodeJS.ErrnoException) => {
+      await this.fs.unlink(p).catch((err: NodeJS.ErrnoException) => {
         if (err.code !== "ENOENT") this.log.warn({ err, file: p }, "could not remove expired segment file");
       });
     }
@@ -656,7 +661,7 @@ export class FilePartitionLog implements PartitionLog {
         // newest segments, or a segment that took a record within HOT_READ_MS. Older data may be
         // on disk only: it is read on the thread pool, so a slow disk never stalls the loop.
         const hot = k >= this.segments.length - 2 || this.clock.nowMs() - seg.maxProducedAtMs < HOT_READ_MS;
-        got = hot ? readFullyAtSync(fd, buf, 0, buf.length, startPos) : await readFullyAt(fd, buf, 0, buf.length, startPos);
+        got = hot ? readFullyAtSync(this.fs, fd, buf, 0, buf.length, startPos) : await readFullyAt(this.fs, fd, buf, 0, buf.length, startPos);
       } finally {
         this.releaseFd(seg);
       }
@@ -720,7 +725,7 @@ export class FilePartitionLog implements PartitionLog {
     const active = this.segments.length > 0 ? this.active : null;
     if (this.failure === null && active !== null && active.count > 0 && active.fd >= 0) {
       // Saves the next open a scan of the active segment.
-      await writeFileAtomic(active.indexPath, encodeIndex(active)).catch((err: unknown) =>
+      await this.fs.writeFileAtomic(active.indexPath, encodeIndex(active)).catch((err: unknown) =>
         this.log.warn({ err }, "could not write the active segment's index"),
       );
     }
@@ -728,12 +733,12 @@ export class FilePartitionLog implements PartitionLog {
       if (seg.fd >= 0) {
         const fd = seg.fd;
         seg.fd = -1;
-        await closeAsync(fd).catch(() => {});
+        await closeAsync(this.fs, fd).catch(() => {});
       }
     }
     this.fdCache.clear();
     if (this.dirFd >= 0) {
-      await closeAsync(this.dirFd).catch(() => {});
+      await closeAsync(this.fs, this.dirFd).catch(() => {});
       this.dirFd = -1;
     }
     this.log.debug({ endOffset: this.endOffsetValue }, "partition log closed");
@@ -747,9 +752,9 @@ export class FilePartitionLog implements PartitionLog {
     if (this.opts.powerLoss) {
       this.log.warn("TEST-ONLY power-loss mode: unsynced bytes are kept in process memory");
     }
-    await fsp.mkdir(this.dir, { recursive: true });
-    this.dirFd = await openAsync(this.dir, "r");
-    const entries = await fsp.readdir(this.dir, { withFileTypes: true });
+    await this.fs.mkdirp(this.dir);
+    this.dirFd = await openAsync(this.fs, this.dir, "r");
+    const entries = await this.fs.readdir(this.dir);
     const logBases: number[] = [];
     const indexBases = new Set<number>();
     for (const e of entries) {
@@ -757,7 +762,7 @@ export class FilePartitionLog implements PartitionLog {
       if (parsed === null || !e.isFile()) {
         if (isAtomicTempName(e.name) && /^\d{20}\.index\./.test(e.name)) {
           // An index write that died half-way; the index is rewritten when needed.
-          await fsp.unlink(path.join(this.dir, e.name)).catch(() => {});
+          await this.fs.unlink(path.join(this.dir, e.name)).catch(() => {});
         } else if (!e.name.startsWith("acks.")) {
           this.log.warn({ file: e.name }, "ignoring a file that is not a segment in the partition directory");
         }
@@ -772,7 +777,7 @@ export class FilePartitionLog implements PartitionLog {
       if (logSet.has(base)) continue;
       const seg = new Segment(this.dir, base);
       this.log.warn({ file: path.basename(seg.indexPath) }, "removing an index file that has no segment");
-      await fsp.unlink(seg.indexPath).catch(() => {});
+      await this.fs.unlink(seg.indexPath).catch(() => {});
     }
 
     for (let k = 0; k < logBases.length; k++) {
@@ -785,7 +790,7 @@ export class FilePartitionLog implements PartitionLog {
       const seg = new Segment(this.dir, 0);
       this.createSegmentFile(seg);
       this.dirSyncNeeded = false;
-      await fsyncAsync(this.dirFd);
+      await fsyncAsync(this.fs, this.dirFd);
       this.segments.push(seg);
     }
     this.active = this.segments[this.segments.length - 1]!;
@@ -799,7 +804,7 @@ export class FilePartitionLog implements PartitionLog {
     this.evictFds();
     // Recovered bytes may still be only in the page cache (the last run was killed): make them
     // durable before they become visible.
-    await fdatasyncAsync(this.active.fd);
+    await fdatasyncAsync(this.fs, this.active.fd);
 
     this.endOffsetValue = this.active.endOffset;
     this.writtenOffset = this.endOffsetValue;
@@ -828,25 +833,25 @@ export class FilePartitionLog implements PartitionLog {
 
   private async recoverSegment(baseOffset: number, isLast: boolean, nextBase: number, hasIndex: boolean): Promise<Segment> {
     const seg = new Segment(this.dir, baseOffset);
-    const fd = await openAsync(seg.logPath, "r+");
+    const fd = await openAsync(this.fs, seg.logPath, "r+");
     seg.fd = fd;
     try {
       await this.recoverSegmentFile(seg, fd, isLast, nextBase, hasIndex);
     } catch (err) {
       seg.fd = -1;
-      await closeAsync(fd).catch(() => {});
+      await closeAsync(this.fs, fd).catch(() => {});
       throw err;
     }
     if (!isLast) {
       // Sealed segments are reopened on demand for reads; no need to hold every fd.
       seg.fd = -1;
-      await closeAsync(fd);
+      await closeAsync(this.fs, fd);
     }
     return seg;
   }
 
   private async recoverSegmentFile(seg: Segment, fd: number, isLast: boolean, nextBase: number, hasIndex: boolean): Promise<void> {
-    const sizeBytes = await fstatSizeAsync(fd);
+    const sizeBytes = await fstatSizeAsync(this.fs, fd);
     const indexName = path.basename(seg.indexPath);
 
     let startPos = 0;
@@ -854,7 +859,7 @@ export class FilePartitionLog implements PartitionLog {
     if (hasIndex) {
       let raw: Buffer | null = null;
       try {
-        raw = await fsp.readFile(seg.indexPath);
+        raw = await this.fs.readFile(seg.indexPath);
       } catch (err) {
         indexProblem = `unreadable: ${(err as Error).message}`;
       }
@@ -862,7 +867,7 @@ export class FilePartitionLog implements PartitionLog {
         const decoded = decodeIndex(raw);
         if (typeof decoded === "string") indexProblem = decoded;
         else {
-          const v = await validateIndex(seg, decoded, fd, sizeBytes, nextBase);
+          const v = await validateIndex(this.fs, seg, decoded, fd, sizeBytes, nextBase);
           if (typeof v === "string") indexProblem = v;
           else {
             seg.positions = decoded.positions;
@@ -872,7 +877,7 @@ export class FilePartitionLog implements PartitionLog {
             if (seg.count > 0) {
               let firstPos = -1;
               for (let i = 0; i < seg.count && firstPos < 0; i++) if (seg.positions[i] !== NO_RECORD) firstPos = seg.positions[i]!;
-              seg.firstProducedAtMs = (await readProducedAtMs(fd, sizeBytes, firstPos)) ?? v.lastProducedAtMs;
+              seg.firstProducedAtMs = (await readProducedAtMs(this.fs, fd, sizeBytes, firstPos)) ?? v.lastProducedAtMs;
             }
           }
         }
@@ -883,7 +888,7 @@ export class FilePartitionLog implements PartitionLog {
     }
 
     const countBeforeScan = seg.count;
-    const scan = await scanSegment(seg, fd, sizeBytes, startPos, nextBase, (position, reason, lostOffsets) => {
+    const scan = await scanSegment(this.fs, seg, fd, sizeBytes, startPos, nextBase, (position, reason, lostOffsets) => {
       this.recovery.corruptRecords.push({ segment: seg.name, position, reason });
       this.log.warn({ segment: seg.name, position, reason, lostOffsets }, "damaged record skipped; it is never served");
     });
@@ -892,8 +897,8 @@ export class FilePartitionLog implements PartitionLog {
         { segment: seg.name, position: scan.validEndBytes, bytes: scan.tailBytes, reason: scan.tailReason },
         "truncating a torn or unreadable tail",
       );
-      await ftruncateAsync(fd, scan.validEndBytes);
-      await fdatasyncAsync(fd);
+      await ftruncateAsync(this.fs, fd, scan.validEndBytes);
+      await fdatasyncAsync(this.fs, fd);
       this.recovery.truncatedBytes += scan.tailBytes;
     }
     seg.writtenBytes = scan.validEndBytes;
@@ -903,7 +908,7 @@ export class FilePartitionLog implements PartitionLog {
     if (!isLast && indexChanged) {
       this.recovery.rebuiltIndexes.push(indexName);
       seg.trim();
-      await writeFileAtomic(seg.indexPath, encodeIndex(seg)).catch((err: unknown) =>
+      await this.fs.writeFileAtomic(seg.indexPath, encodeIndex(seg)).catch((err: unknown) =>
         this.log.warn({ err, index: indexName }, "could not write the rebuilt index"),
       );
     } else if (isLast && hasIndex && indexProblem !== null) {

@@ -20,6 +20,7 @@
 
 import assert from "node:assert/strict";
 import { crc32c } from "@node-rs/crc32";
+import { LIMITS } from "../protocol/wire.js";
 
 export const RECORD_VERSION = 1;
 /** Bytes before the key: length, crc, version, offset, producedAtMs, key length. */
@@ -28,12 +29,27 @@ export const HEADER_BYTES = 29;
 const FRAME_FIXED_BYTES = HEADER_BYTES - 8;
 /** Largest payload (SPEC "largest message"). */
 export const PAYLOAD_BYTES_MAX = 1024 * 1024;
-/** Largest key. Keys travel in a URL query, so anything near this is already absurd. */
-export const KEY_BYTES_MAX = 64 * 1024;
+/**
+ * Largest key an append takes: the wire's limit (LIMITS.keyBytesMax, 4 096), so a key over it is
+ * refused by the same number wherever it comes from (the HTTP layer answers 400 before storage
+ * sees it; here it is a guard against a caller that skipped that check).
+ */
+export const KEY_BYTES_MAX = LIMITS.keyBytesMax;
+/**
+ * Largest key a record of format version 1 may carry (64 KiB): what recovery and read() accept
+ * as a record rather than damage. It stays above KEY_BYTES_MAX on purpose. Every writer of
+ * records has kept keys within 4 096 bytes since the first version that had an HTTP API, so no
+ * stored record should be larger; but if one is (a build that wrote through storage directly),
+ * it is a whole record with a valid checksum that was legal when written, and tightening this
+ * bound would turn it into "damage" that recovery skips, or truncates if it sits at the tail:
+ * acknowledged data destroyed by a policy change. The bound also sizes the scan windows
+ * (RECORD_BYTES_MAX), which must not shrink under old data. A new format version may lower it.
+ */
+export const FRAME_KEY_BYTES_MAX = 64 * 1024;
 /** Smallest possible record on disk (no key, empty payload). */
 export const RECORD_BYTES_MIN = HEADER_BYTES;
 /** Largest possible frameBytes; anything above it is corruption, not a record. */
-export const FRAME_BYTES_MAX = FRAME_FIXED_BYTES + KEY_BYTES_MAX + PAYLOAD_BYTES_MAX;
+export const FRAME_BYTES_MAX = FRAME_FIXED_BYTES + FRAME_KEY_BYTES_MAX + PAYLOAD_BYTES_MAX;
 /** Largest possible record on disk. */
 export const RECORD_BYTES_MAX = 8 + FRAME_BYTES_MAX;
 
@@ -121,7 +137,7 @@ export function checkFrame(buf: Buffer, pos: number, end: number): number {
   if (frameBytes < FRAME_FIXED_BYTES || frameBytes > FRAME_BYTES_MAX) return FRAME_BAD_LENGTH;
   if (buf[pos + 8] !== RECORD_VERSION) return FRAME_BAD_VERSION;
   const keyBytes = buf.readInt32LE(pos + 25);
-  if (keyBytes < -1 || keyBytes > KEY_BYTES_MAX || FRAME_FIXED_BYTES + Math.max(keyBytes, 0) > frameBytes) {
+  if (keyBytes < -1 || keyBytes > FRAME_KEY_BYTES_MAX || FRAME_FIXED_BYTES + Math.max(keyBytes, 0) > frameBytes) {
     return FRAME_BAD_KEY_LENGTH;
   }
   if (frameBytes - FRAME_FIXED_BYTES - Math.max(keyBytes, 0) > PAYLOAD_BYTES_MAX) return FRAME_BAD_LENGTH;

@@ -36,6 +36,7 @@ import {
   FRAME_BYTES_MAX,
 } from "./record.js";
 import { readFullyAt } from "./files.js";
+import type { StorageFs } from "./fs.js";
 
 export const NO_RECORD = 0xffffffff;
 const INDEX_VERSION = 1;
@@ -177,6 +178,7 @@ export function decodeIndex(buf: Buffer): DecodedIndex | string {
  * offset the index says. Returns where that record ends (the scan resumes there), or a reason.
  */
 export async function validateIndex(
+  fs: StorageFs,
   seg: Segment,
   idx: DecodedIndex,
   fd: number,
@@ -199,7 +201,7 @@ export async function validateIndex(
   const pos = idx.positions[last]!;
   const want = Math.min(RECORD_BYTES_MAX, fileSizeBytes - pos);
   const buf = Buffer.allocUnsafe(want);
-  const n = await readFullyAt(fd, buf, 0, want, pos);
+  const n = await readFullyAt(fs, fd, buf, 0, want, pos);
   const size = checkFrame(buf, 0, n);
   if (size <= 0) return `last indexed record: ${frameErrorReason(size)}`;
   if (frameOffset(buf, 0) !== seg.baseOffset + last) return "last indexed record has the wrong offset";
@@ -208,11 +210,11 @@ export async function validateIndex(
 }
 
 /** producedAtMs of the record at pos, or null when no whole record is there. */
-export async function readProducedAtMs(fd: number, fileSizeBytes: number, pos: number): Promise<number | null> {
+export async function readProducedAtMs(fs: StorageFs, fd: number, fileSizeBytes: number, pos: number): Promise<number | null> {
   const want = Math.min(RECORD_BYTES_MAX, fileSizeBytes - pos);
   if (want < HEADER_BYTES) return null;
   const buf = Buffer.allocUnsafe(want);
-  const n = await readFullyAt(fd, buf, 0, want, pos);
+  const n = await readFullyAt(fs, fd, buf, 0, want, pos);
   return checkFrame(buf, 0, n) > 0 ? frameProducedAtMs(buf, 0) : null;
 }
 
@@ -228,6 +230,7 @@ class FileWindow {
   len = 0;
 
   constructor(
+    private readonly fs: StorageFs,
     private readonly fd: number,
     private readonly fileSizeBytes: number,
     capacityBytes: number,
@@ -245,7 +248,7 @@ class FileWindow {
   async load(pos: number): Promise<void> {
     const want = Math.min(this.buf.length, this.fileSizeBytes - pos);
     this.start = pos;
-    this.len = await readFullyAt(this.fd, this.buf, 0, want, pos);
+    this.len = await readFullyAt(this.fs, this.fd, this.buf, 0, want, pos);
   }
 }
 
@@ -266,6 +269,7 @@ export interface ScanResult {
  * hears of it); damage with nothing good after it is a torn tail, left to the caller to truncate.
  */
 export async function scanSegment(
+  fs: StorageFs,
   seg: Segment,
   fd: number,
   fileSizeBytes: number,
@@ -273,7 +277,7 @@ export async function scanSegment(
   offsetLimit: number,
   onCorrupt: (position: number, reason: string, lostOffsets: number) => void,
 ): Promise<ScanResult> {
-  const win = new FileWindow(fd, fileSizeBytes, SCAN_WINDOW_BYTES);
+  const win = new FileWindow(fs, fd, fileSizeBytes, SCAN_WINDOW_BYTES);
   let pos = startPos;
   while (pos < fileSizeBytes) {
     if (!win.covers(pos)) await win.load(pos);

@@ -4,6 +4,8 @@
 
 import type { Logger } from "pino";
 import type { Clock } from "../platform/clock.js";
+import type { Scheduler } from "../platform/scheduler.js";
+import type { StorageFs } from "./fs.js";
 
 export interface StoredRecord {
   offset: number;
@@ -21,6 +23,10 @@ export interface AppendInput {
 export interface StorageOptions {
   clock: Clock;
   logger: Logger;
+  /** The group commit's flush is queued with `soon` (default systemScheduler: setImmediate). */
+  scheduler?: Scheduler;
+  /** Every file operation (default realFs, node:fs itself; tests inject faults, ./fs.ts). */
+  fs?: StorageFs;
   /** Roll the active segment when it reaches this many bytes. */
   segmentBytesMax: number;
   /** Roll the active segment when its first record is this old, so retention can act on small topics. */
@@ -125,6 +131,10 @@ export interface AckLog {
 export interface AckLogOptions {
   clock: Clock;
   logger: Logger;
+  /** Runs the flush and sync intervals (default systemScheduler). */
+  scheduler?: Scheduler;
+  /** Every file operation (default realFs). */
+  fs?: StorageFs;
   ackFlushIntervalMs: number;
   ackSyncIntervalMs: number;
   powerLoss: boolean;

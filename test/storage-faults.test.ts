@@ -1,0 +1,166 @@
+// A full disk and a failing fsync, answered through the node: a real Broker on real files, its
+// storage behind the fault-injecting filesystem (test/support/fault-fs.ts, through
+// BrokerOptions.storageFs), behind the real HTTP server in this process. The spec's answer: the
+// produce is refused with the error table's JSON body (500 storage_failed, indefinite), the log
+// stops rather than retrying (fsyncgate), and every message answered 202 before is still there,
+// byte for byte, after the node is opened again from disk.
+//
+// In-process because src/server.ts builds its own filesystem (the real one) and offers no seam
+// for it: this composes what startServer composes for a single node (identity, users, broker,
+// LocalService, createHttpServer), with the faulty filesystem passed to the broker.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pino } from "pino";
+import { Broker, type BrokerOptions } from "../src/broker/broker.js";
+import { loadIdentity } from "../src/broker/identity.js";
+import { LocalService } from "../src/broker/service.js";
+import { TestBugs } from "../src/broker/test-bugs.js";
+import { createHttpServer } from "../src/http/server.js";
+import { UserStore } from "../src/auth/store.js";
+import { ERRORS } from "../src/protocol/errors.js";
+import { systemClock } from "../src/platform/clock.js";
+import type { StorageFs } from "../src/storage/fs.js";
+import { FaultFs } from "./support/fault-fs.js";
+
+interface Node {
+  url: string;
+  stop(): Promise<void>;
+}
+
+async function startNode(dataDir: string, storageFs: StorageFs | undefined): Promise<Node> {
+  const logger = pino({ level: "silent" });
+  const identity = await loadIdentity(dataDir, undefined);
+  const bugs = TestBugs.parse(undefined);
+  assert.ok(typeof bugs !== "string");
+  const opts: BrokerOptions = {
+    dataDir,
+    clock: systemClock,
+    logger,
+    nodeId: identity.nodeId,
+    bootId: identity.bootId,
+    bootSeq: identity.bootSeq,
+    nodeNum: 0,
+    secret: identity.secret,
+    segmentBytesMax: 64 * 1024 * 1024,
+    segmentAgeMaxMs: 3600_000,
+    ackFlushIntervalMs: 100,
+    ackSyncIntervalMs: 1000,
+    housekeepingIntervalMs: 1000,
+    powerLoss: false,
+    pendingSyncBytesMax: 64 * 1024 * 1024,
+    waitersMax: 1000,
+    consumeBytesMax: 8 * 1024 * 1024,
+    defaultPartitions: 1,
+    defaultVisibilityTimeoutMs: 30_000,
+    defaultRetentionMs: 7 * 24 * 3600_000,
+    bugs,
+    storageFs,
+  };
+  const broker = await Broker.open(opts);
+  const users = await UserStore.open(dataDir);
+  const http = createHttpServer({
+    service: new LocalService(broker),
+    logger,
+    nodeId: identity.nodeId,
+    bootId: identity.bootId,
+    headersTimeoutMs: 10_000,
+    requestTimeoutMs: 30_000,
+    keepAliveTimeoutMs: 5_000,
+    users,
+    nowMs: () => systemClock.nowMs(),
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.server.once("error", reject);
+    http.server.listen(0, "127.0.0.1", () => resolve());
+  });
+  http.setReady(true);
+  const addr = http.server.address();
+  assert.ok(typeof addr === "object" && addr !== null);
+  return {
+    url: `http://127.0.0.1:${addr.port}`,
+    async stop() {
+      await http.drain(1000);
+      // A partition log that failed rejects its close with the failure (the log stopped); the
+      // node is being stopped either way.
+      await broker.close().catch(() => {});
+    },
+  };
+}
+
+async function produce(url: string, payload: Buffer): Promise<{ status: number; body: unknown; contentType: string | null }> {
+  const r = await fetch(`${url}/v1/topics/t/messages`, { method: "POST", body: payload, headers: { "content-type": "application/octet-stream" } });
+  return { status: r.status, body: await r.json(), contentType: r.headers.get("content-type") };
+}
+
+async function replayAll(url: string): Promise<Map<number, Buffer>> {
+  const r = await fetch(`${url}/v1/topics/t/partitions/0/messages?offset=0&limit=1000`);
+  assert.equal(r.status, 200);
+  const body = (await r.json()) as { messages: { offset: number; payload_base64: string }[] };
+  return new Map(body.messages.map((m) => [m.offset, Buffer.from(m.payload_base64, "base64")]));
+}
+
+const STORED = 20;
+
+const FAULTS: { name: string; arm: (fs: FaultFs) => void }[] = [
+  { name: "ENOSPC on append (the disk fills up mid-write)", arm: (fs) => fs.fillDiskAfter(300, ".log") },
+  { name: "EIO on fdatasync", arm: (fs) => fs.inject({ op: "fdatasync", code: "EIO", pathEndsWith: ".log" }) },
+];
+
+for (const fault of FAULTS) {
+  test(`${fault.name}: the node answers 500 storage_failed with the table's JSON body, refuses later produces, and keeps every earlier 202`, async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "narad-storage-faults-"));
+    const ffs = new FaultFs();
+    let node: Node | undefined = await startNode(dataDir, ffs);
+    try {
+      const created = await fetch(`${node.url}/v1/topics`, { method: "POST", body: JSON.stringify({ name: "t", partitions: 1 }), headers: { "content-type": "application/json" } });
+      assert.equal(created.status, 201);
+      const accepted = new Map<number, Buffer>();
+      for (let i = 0; i < STORED; i++) {
+        const payload = Buffer.from(`message ${i} `.repeat(40));
+        const r = await produce(node.url, payload);
+        assert.equal(r.status, 202, JSON.stringify(r.body));
+        accepted.set((r.body as { offset: number }).offset, payload);
+      }
+      assert.equal(accepted.size, STORED);
+
+      fault.arm(ffs);
+      const refused = await produce(node.url, Buffer.alloc(1000, 0x61));
+      assert.equal(refused.status, 500);
+      assert.match(refused.contentType ?? "", /^application\/json/);
+      assert.deepEqual(refused.body, { error: { code: "storage_failed", message: ERRORS.storage_failed.message } });
+      assert.equal(ERRORS.storage_failed.definite, false, "the table calls it indefinite: the message may be stored");
+
+      // The disk is fine again, but the log stopped: no retry, every produce refused until a reopen.
+      ffs.clear();
+      const fdatasyncs = ffs.count("fdatasync", ".log");
+      const again = await produce(node.url, Buffer.from("after the fault"));
+      assert.equal(again.status, 500);
+      assert.equal((again.body as { error: { code: string } }).error.code, "storage_failed");
+      assert.equal(ffs.count("fdatasync", ".log"), fdatasyncs, "the stopped log issued no fdatasync");
+
+      // Nothing of the refused produces is visible; every 202 is.
+      const live = await replayAll(node.url);
+      assert.deepEqual([...live.keys()], [...accepted.keys()]);
+      for (const [o, p] of accepted) assert.ok(live.get(o)!.equals(p), `offset ${o} as stored`);
+
+      await node.stop();
+      node = undefined;
+
+      // Opened again from disk, with the real filesystem: every 202 is there, byte for byte.
+      node = await startNode(dataDir, undefined);
+      const reopened = await replayAll(node.url);
+      for (const [o, p] of accepted) assert.ok(reopened.get(o)?.equals(p), `offset ${o} survived the reopen`);
+      assert.ok(reopened.size <= STORED + 1, "at most the unacknowledged record of the failed commit is extra");
+      const after = await produce(node.url, Buffer.from("after the reopen"));
+      assert.equal(after.status, 202);
+      assert.ok((after.body as { offset: number }).offset >= STORED);
+    } finally {
+      await node?.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+}
