@@ -224,13 +224,13 @@ export class Lane {
     if (m === null) return { type: "ok", value: { topic, msg: null }, status: 204, delivery: null };
     // The lease holder: the partition's owner. On one node it is the node that answered.
     const { partition, offset, receiptHandle: handle, owner: node, ownerBoot: boot } = m;
-    if (handle === "" || !isOffset(partition) || !isOffset(offset) || node === null || boot === null) {
+    if (handle === "" || !isNatural(partition) || !isNatural(offset) || node === null || boot === null) {
       // A lease may exist, but the answer cannot name it: ambiguous.
       return { type: "info", value: { status: 200, error: "200 without the delivery headers" }, status: 200, delivery: null };
     }
     const msg = decodePayload(m.payload);
     const value: Record<string, unknown> = { topic, msg, partition, offset, delivery: handle, node, boot };
-    const counted = isOffset(m.deliveryCount);
+    const counted = isNatural(m.deliveryCount);
     if (counted) value["delivery_count"] = m.deliveryCount;
     return { type: "ok", value, status: 200, delivery: { msg, partition, offset, handle, deliveryCount: counted ? m.deliveryCount : 0 } };
   }
@@ -268,6 +268,6 @@ export class Lane {
 }
 
 /** A partition, offset or count read from a header: a nonnegative safe integer (NaN when it was missing). */
-function isOffset(n: number): boolean {
+function isNatural(n: number): boolean {
   return Number.isSafeInteger(n) && n >= 0;
 }
