@@ -17,10 +17,19 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
+import { startCluster } from "./support/local-cluster.js";
+import { waitFor } from "./harness.js";
 import { WorkloadRuns } from "./support/workload-runs.js";
-import { deriveSeed, runWorkload, type RunResult } from "../src/verify/workloads/index.js";
+import { deriveSeed, encodePayload, runWorkload, type RunResult } from "../src/verify/workloads/index.js";
+import { Lane, type OpRecorder } from "../src/verify/workloads/ops.js";
+import { drainTopic } from "../src/verify/workloads/roles.js";
 import { planFaults } from "../src/verify/nemesis/index.js";
+import { HistoryWriter, createRunClock, readHistory, type ConfigValue, type HistoryEvent } from "../src/verify/history/index.js";
+import { check } from "../src/verify/checker/index.js";
+import { Narad } from "../src/client/index.js";
+import { DEFAULTS } from "../src/protocol/wire.js";
 
 const SEED = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARAD_TEST_SEED) : 0;
 /** The children run's seed: its schedule kills a main node, then a remote node, early on. */
@@ -135,6 +144,139 @@ describe("cluster suites (three nodes, security on)", { timeout: 240_000 }, () =
     }
     assert.equal(oks, r.counts.produceOk);
     assert.deepEqual([...owners].sort(), ["n1", "n2", "n3"]);
+  });
+});
+
+// Regression (issue 11, point 5): the toolkit took "certainly failed" from a status list that held
+// 503, while the error table calls `503 ownership_lost` indefinite (the owner lost its lease while
+// the write was in flight: the message may be stored, and here it is). A stored produce was then
+// recorded as `fail` and its later delivery judged `refused-delivered`, a false alarm. Real parts
+// only: a 3-node cluster with short leases; lanes produce with a key that lands on n1's partition,
+// through n1, so n1 always has writes in flight; n1 is frozen (SIGSTOP) for longer than its lease,
+// so when it runs again the writes it had begun finish after its lease ran out by its own clock
+// and are answered 503 ownership_lost; then n1 renews its lease (no move happened: it still owns
+// the partition, same epoch) and the drain delivers what those writes stored.
+describe("regression: a produce answered 503 ownership_lost", { timeout: 180_000 }, () => {
+  const TOPIC = "owned";
+  const VISIBILITY_MS = 5_000;
+  /** Short leases, so n1's runs out within a pause of a few seconds. */
+  const FAST = {
+    NARAD_CLUSTER_HEARTBEAT_INTERVAL_MS: "200",
+    NARAD_CLUSTER_NODE_LEASE_MS: "1500",
+    NARAD_CLUSTER_LEASE_SAFETY_MARGIN_MS: "200",
+    NARAD_CLUSTER_RESYNC_INTERVAL_MS: "1000",
+    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: "1500",
+  };
+  /** How long n1 stays frozen: past its node lease, so its lease has surely run out (the fault, not a wait). */
+  const PAUSE_MS = 2_500;
+  /** A request outlives the pause, so a write begun before it gets its real answer, not a timeout. */
+  const REQUEST_TIMEOUT_MS = 10_000;
+  const LANES = 8;
+  const PAUSES_MAX = 12;
+
+  test("is recorded as info, and its later delivery is judged valid", async () => {
+    const c = await startCluster({ nodes: 3, controlPlaneUrl: await pg!.newDatabase(), env: FAST });
+    const historyPath = join(await outDir(), "history.jsonl");
+    const config: ConfigValue = {
+      ack_flush_ms: DEFAULTS.ackFlushIntervalMs,
+      ack_sync_ms: DEFAULTS.ackSyncIntervalMs,
+      visibility_timeout_ms: VISIBILITY_MS,
+      topics: { [TOPIC]: { partitions: 3, visibility_timeout_ms: VISIBILITY_MS } },
+      children: {},
+    };
+    const writer = HistoryWriter.open(historyPath, config, { clock: createRunClock() });
+    // The driver's direct recorder, plus what each completion answered, for the waits below.
+    const pending = new Map<string, Record<string, unknown>>();
+    const produced: { msg: string; type: string; value: Record<string, unknown> }[] = [];
+    const recorder: OpRecorder = {
+      async invoke(p, f, value) {
+        writer.invoke(p, f, value);
+        if (f === "produce") pending.set(p, value);
+        if (writer.needsDrain) await writer.drained();
+      },
+      complete(p, type, value) {
+        writer.complete(p, type, value);
+        const inv = pending.get(p);
+        pending.delete(p);
+        if (inv !== undefined) produced.push({ msg: String(inv["msg"]), type, value });
+      },
+    };
+    const lanes: Lane[] = [];
+    const lane = (name: string, urls: string[]) => {
+      const l = new Lane(name, urls, recorder, { requestTimeoutMs: REQUEST_TIMEOUT_MS });
+      lanes.push(l);
+      return l;
+    };
+    let stop = false;
+    let loads: Promise<void> = Promise.resolve();
+    try {
+      const n1 = c.nodes[0]!;
+      const admin = lane("setup", [n1.url]);
+      const setup = new Narad({ url: n1.url });
+      await setup.createTopic({ name: TOPIC, partitions: 3, visibilityTimeoutMs: VISIBILITY_MS }).finally(() => setup.destroy());
+      // A key whose partition n1 owns (the produce result names the owner that stored it).
+      let key: string | null = null;
+      let seq = 0;
+      await waitFor(
+        async () => {
+          const k = `k${seq % 64}`;
+          const msg = `m-setup-${seq++}`;
+          const out = await admin.produce(TOPIC, msg, encodePayload(msg, 64), k);
+          if (out.type === "ok" && out.value["node"] === "n1") key = k;
+          return key !== null;
+        },
+        { timeoutMs: 30_000, intervalMs: 20, what: "a key of a partition n1 owns" },
+      );
+      const producers = Array.from({ length: LANES }, (_, i) => lane(`p${i}`, [n1.url]));
+      loads = Promise.all(
+        producers.map(async (l) => {
+          for (let i = 0; !stop; i++) {
+            const msg = `m-${l.process}-${i}`;
+            await l.produce(TOPIC, msg, encodePayload(msg, 16 * 1024), key);
+          }
+        }),
+      ).then(() => undefined);
+
+      const lostOwnership = () => produced.filter((p) => p.value["error"] === "ownership_lost");
+      const okOnN1Since = (from: number) => produced.slice(from).some((p) => p.type === "ok" && p.value["node"] === "n1");
+      for (let pause = 0; pause < PAUSES_MAX && lostOwnership().length === 0; pause++) {
+        // Writes flowing on n1 (again), so the freeze catches some in flight.
+        const from = produced.length;
+        await waitFor(() => okOnN1Since(from), { timeoutMs: 30_000, intervalMs: 20, what: "n1 to store produces again" });
+        n1.pause();
+        await new Promise((r) => setTimeout(r, PAUSE_MS));
+        n1.resume();
+        const resumed = produced.length;
+        // Every write in flight at the freeze is answered once n1 runs again, before its lease is back.
+        await waitFor(() => okOnN1Since(resumed), { timeoutMs: 30_000, intervalMs: 20, what: "n1 to serve its partition again after the pause" });
+      }
+      stop = true;
+      await loads;
+
+      const lost = lostOwnership();
+      assert.ok(lost.length > 0, `no produce was answered 503 ownership_lost in ${PAUSES_MAX} pauses of n1`);
+      for (const p of lost) assert.deepEqual({ type: p.type, value: p.value }, { type: "info", value: { status: 503, error: "ownership_lost" } }, p.msg);
+      // The final drain, through every node: the stored ones come back.
+      const drained = await drainTopic(lane("drain", c.urls), TOPIC, 100_000, 50);
+      assert.ok(drained, "the drain ended with an empty consume");
+    } finally {
+      stop = true;
+      await loads;
+      for (const l of lanes) await l.close();
+      await writer.close();
+      await c.stop();
+    }
+
+    const events: HistoryEvent[] = [];
+    await readHistory(historyPath, (ev) => events.push(ev)); // validates every line (format v1)
+    const lost = new Set(produced.filter((p) => p.value["error"] === "ownership_lost").map((p) => p.msg));
+    const deliveredLost = events.filter((e) => e.f === "consume" && e.type === "ok" && lost.has(String((e.value as { msg?: unknown }).msg)));
+    assert.ok(deliveredLost.length > 0, `a message answered ownership_lost is delivered later (it was stored): ${[...lost].slice(0, 5).join(", ")}`);
+    const report = await check(historyPath);
+    const why = report.anomalies.slice(0, 5).map((a) => `${a.name} ${a.msg}: ${a.explanation}`).join("\n  ");
+    if (report.verdict !== "valid") runs.failed = true;
+    assert.equal(report.verdict, "valid", `${report.reason}\n  ${why}\n  history ${historyPath}`);
+    assert.ok(!report.anomalies.some((a) => a.name === "refused-delivered"), why);
   });
 });
 

@@ -128,7 +128,7 @@ function registerProduce(program: Command): void {
         if (message !== undefined && o.file !== undefined) throw new UsageError("give either MESSAGE or --file, not both");
         const payload = message !== undefined ? Buffer.from(message, "utf8") : await readPayload(o.file as string | undefined);
         const r = await c.produce(topic, payload, { key: o.key as string | undefined });
-        if (o.json) json(r);
+        if (o.json) json({ partition: r.partition, offset: r.offset });
         else out(`partition ${r.partition} offset ${r.offset}\n`);
       }),
     );

@@ -11,6 +11,10 @@
 //   going (messages(), autoExtend()) retry only what is safe to retry: consumes and extends.
 // - Timeouts ride on undici's headers/body timeouts (no timer per request of our own); a long
 //   poll adds its wait to the request timeout so the client never gives up before the server does.
+// - What a caller that records outcomes needs is on every result and error: the owner that stored
+//   or leased a message (`owner`, `ownerBoot`), and `status`, `code` and `definite` of a failure.
+//   The verification workloads drive the SDK for that reason (one client per node with
+//   `connections: 1`: one request in flight, nothing retried, every answer seen).
 // - Imports only src/protocol: the SDK judges the broker from outside, like the toolkit does.
 
 import { Pool } from "undici";
@@ -27,6 +31,7 @@ import {
   type AckBatchResult,
   type BatchProduceRequest,
   type BatchProduceResponse,
+  type ChildJson,
   type ConsumeBatchResponse,
   type ConsumedMessageJson,
   type CreateTopicRequest,
@@ -53,15 +58,18 @@ import {
 } from "./errors.js";
 import type {
   AckStatus,
+  AttachChildOptions,
   CreateTopicOptions,
   Grant,
   GrantAction,
   NaradOptions,
   ProduceMessage,
   ProduceResult,
+  Produced,
   ReplayPage,
   ReplayedMessage,
   Topic,
+  TopicChild,
   UpdateTopicOptions,
   User,
 } from "./types.js";
@@ -207,6 +215,8 @@ export class Narad {
   readonly url: string;
   readonly #pool: Pool;
   readonly #base: string;
+  /** The URL's path prefix, for the paths outside the API (GET /metrics). */
+  readonly #root: string;
   readonly #requestTimeoutMs: number;
   readonly #hNone: HeaderMap;
   readonly #hJson: HeaderMap;
@@ -222,7 +232,8 @@ export class Narad {
       throw new TypeError(`Narad: url must be http:// or https://, got ${opts.url}`);
     }
     this.url = opts.url;
-    this.#base = u.pathname.replace(/\/+$/, "") + API_PREFIX;
+    this.#root = u.pathname.replace(/\/+$/, "");
+    this.#base = this.#root + API_PREFIX;
     this.#requestTimeoutMs = opts.requestTimeoutMs ?? REQUEST_TIMEOUT_MS_DEFAULT;
     const user = opts.user ?? (u.username ? decodeURIComponent(u.username) : undefined);
     const password = opts.user !== undefined ? (opts.password ?? "") : u.password ? decodeURIComponent(u.password) : "";
@@ -237,6 +248,7 @@ export class Narad {
       pipelining: 1,
       headersTimeout: this.#requestTimeoutMs,
       bodyTimeout: this.#requestTimeoutMs,
+      ...(opts.connectTimeoutMs !== undefined ? { connectTimeout: opts.connectTimeoutMs } : {}),
     });
   }
 
@@ -306,6 +318,33 @@ export class Narad {
     await res.body.dump();
   }
 
+  /**
+   * Attaches a child topic to `parent` (docs/api.md, "Child topics"): it gets a copy of every
+   * message committed to the parent from now on. Throws NaradRequestError `invalid_child` (400),
+   * `topic_not_found` (404), `child_exists` (409), `node_down` (503: an owner of the parent is down).
+   * After a NaradAmbiguousError retry: a `child_exists` then means the first try worked.
+   */
+  async attachChild(parent: string, child: AttachChildOptions): Promise<TopicChild> {
+    const body: Record<string, unknown> = { topic: child.topic, kind: child.kind };
+    if (child.delayMs !== undefined) body.delay_ms = child.delayMs;
+    if (child.url !== undefined) body.url = child.url;
+    if (child.credentials !== undefined) body.credentials = child.credentials;
+    const res = await this.#call("POST", `${this.#topicPath(parent)}/children`, this.#hJson, JSON.stringify(body), "attach child");
+    return toChild((await res.body.json()) as ChildJson);
+  }
+
+  /** The children of `parent`. A read: safe to retry. */
+  async listChildren(parent: string): Promise<TopicChild[]> {
+    const res = await this.#call("GET", `${this.#topicPath(parent)}/children`, this.#hNone, undefined, "list children");
+    return ((await res.body.json()) as { children: ChildJson[] }).children.map(toChild);
+  }
+
+  /** Detaches a child: copying stops. NaradRequestError `child_not_found` (404) if it is not attached. */
+  async detachChild(parent: string, child: string): Promise<void> {
+    const res = await this.#call("DELETE", `${this.#topicPath(parent)}/children/${encodeURIComponent(child)}`, this.#hNone, undefined, "detach child");
+    await res.body.dump();
+  }
+
   // ---------------------------------------------------------------- produce
 
   /**
@@ -315,12 +354,17 @@ export class Narad {
    * (404), `payload_too_large` (413), `overloaded` (429: retry after `retryAfterS`), `unavailable`
    * (503: retry shortly). Throws NaradAmbiguousError when the answer was lost: the message may be
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
+   * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
-  async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<ProduceResult> {
+  async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<Produced> {
     const tp = this.#topicPath(topic);
     const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
     const res = await this.#call("POST", path, this.#hOctet, payload, "produce");
-    return (await res.body.json()) as ProduceResult;
+    // The parsed body is the result: the owner's two fields go on it, no second object.
+    const r = (await res.body.json()) as Produced;
+    r.owner = header(res.headers, HEADERS.owner) ?? header(res.headers, HEADERS.node) ?? null;
+    r.ownerBoot = header(res.headers, HEADERS.ownerBoot) ?? header(res.headers, HEADERS.boot) ?? null;
+    return r;
   }
 
   /**
@@ -724,6 +768,14 @@ export class Narad {
     }
   }
 
+  // ---------------------------------------------------------------- operations
+
+  /** The node's metrics in the Prometheus text format (GET /metrics; docs/operations.md lists them). */
+  async metrics(): Promise<string> {
+    const res = await this.#call("GET", `${this.#root}/metrics`, this.#hNone, undefined, "metrics");
+    return res.body.text();
+  }
+
   // ---------------------------------------------------------------- users and grants (admin only)
 
   /** Creates a user. NaradRequestError 403 unless admin; 409 `user_exists`; 400 for a bad name or a password under 8 bytes. */
@@ -836,10 +888,14 @@ function toTopic(t: TopicJson): Topic {
     visibilityTimeoutMs: t.visibility_timeout_ms ?? DEFAULTS.visibilityTimeoutMs,
     retentionMs: t.retention_ms ?? DEFAULTS.retentionMs,
     owner: t.owner ?? null,
-    children: (t.children ?? []).map((c) => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms })),
+    children: (t.children ?? []).map(toChild),
     createdAt: t.created_at,
     placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch })),
   };
+}
+
+function toChild(c: ChildJson): TopicChild {
+  return c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms };
 }
 
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {

@@ -19,12 +19,29 @@ export interface NaradOptions {
   requestTimeoutMs?: number;
   /** Most keep-alive connections to the node. Each waiting long poll holds one. Default 64. */
   connections?: number;
+  /**
+   * How long opening a connection may take before the request fails with a NaradConnectionError
+   * (nothing was sent). Default 10 000 (undici's).
+   */
+  connectTimeoutMs?: number;
 }
 
 export interface TopicChild {
   topic: string;
   kind: "fanout" | "delay" | "replica" | "remote";
   delayMs?: number;
+}
+
+/** What attachChild() takes: a child topic of `kind`; a remote one names the other cluster. */
+export interface AttachChildOptions {
+  topic: string;
+  kind: TopicChild["kind"];
+  /** delay only: how long after the parent committed a message its copy is made, ms. */
+  delayMs?: number;
+  /** remote only: a node of the other cluster. */
+  url?: string;
+  /** remote only: the user the copies are pushed as there. */
+  credentials?: { user: string; password: string };
 }
 
 export interface PartitionPlacement {
@@ -64,9 +81,18 @@ export interface UpdateTopicOptions {
   retentionMs?: number;
 }
 
+/** Where a message of a batch produce was stored. */
 export interface ProduceResult {
   partition: number;
   offset: number;
+}
+
+/** What produce() resolves with: where the message was stored, and the node that stored it. */
+export interface Produced extends ProduceResult {
+  /** Node id of the partition's owner, which made it durable (`Narad-Owner`; on one node, the node). */
+  owner: string | null;
+  /** Boot id of that node: it changes at every process start (`Narad-Owner-Boot`). */
+  ownerBoot: string | null;
 }
 
 export interface ProduceMessage {

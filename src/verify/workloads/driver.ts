@@ -7,11 +7,15 @@
 //   records its faults through the same function, and the drain and audit run in the driver with
 //   the same lane code. So `time_ns` comes from one clock, lines are in time order by construction,
 //   and every recorded interval contains the real one.
-// - Phases: start nodes (and proxies) → create topics → config line → workers and nemesis →
-//   run for the duration (e2e: until every 202 is acked) → stop the nemesis, which heals every
-//   node and line → let the load run a little longer (recovery) → stop the workers (each finishes the request in flight) → wait until no lease
-//   can still be live (tracker.ts) → final drain of every topic (consume and ack until an empty
-//   consume: the checker's final-drain rule) → audit replay of every partition → check.
+// - Phases, each a function over one RunState (runWorkload reads as their sequence):
+//   startSystems (nodes and proxies, users, topics, children, then the config line) →
+//   startLoad (the worker processes) → startFaults (the nemesis, or load cycles) →
+//   loadForDuration (e2e: until every 202 is acked) → healAndStopLoad (stop the nemesis, which
+//   heals every node and line; let the load run a little longer, the recovery; stop the workers,
+//   each finishing the request in flight) → drain (children caught up, then wait until no lease
+//   can still be live (tracker.ts), then consume and ack every topic until an empty consume: the
+//   checker's final-drain rule) → audit (replay every partition) → cleanUp (on every path) →
+//   judge (the checker, the reports, the exit code).
 // - Reproducible: every random choice flows from the seed: the nemesis schedule (its own PRNG)
 //   and each lane's choices (a PRNG per process name, roles.ts). Timing still varies, so a seed
 //   reproduces the schedule and the choices, not the exact interleaving.
@@ -25,8 +29,8 @@
 // - Children: attached before the first produce, listed in the config line; after the load the
 //   driver waits until every child has caught up with its parent (the nodes' lag metric), so each
 //   child path's final drain begins after every copy it is owed was made.
-// - The driver imports no server code: it judges the broker from outside, through HTTP, process
-//   signals and the fault proxy, as a user's client would see it.
+// - The driver imports no server code: it judges the broker from outside, through the SDK
+//   (src/client), process signals and the fault proxy, as a user's client would see it.
 
 import { fork, type ChildProcess } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -37,7 +41,7 @@ import { createRunClock, type RunClock } from "../history/clock.js";
 import { HistoryWriter } from "../history/writer.js";
 import type { ConfigValue } from "../history/types.js";
 import { Nemesis, NodeProcess, randomSeed, restoreTarget, type FaultRecorder, type InjectedFaultKind, type NemesisTarget } from "../nemesis/index.js";
-import { startProxy, type Proxy } from "../proxy/index.js";
+import { startProxy } from "../proxy/index.js";
 import { check, type Report, type Verdict } from "../checker/index.js";
 import { renderHtml, renderJson } from "../report/index.js";
 import { DEFAULTS } from "../../protocol/wire.js";
@@ -367,74 +371,136 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** Runs one workload end to end. Never leaves a process behind, whatever happens. */
+/**
+ * Runs one workload end to end, as a sequence of phases over one RunState (see the design note):
+ * start the systems → start the load → start the faults → load for the duration → heal and stop
+ * the load → drain → audit, then clean up whatever happened, and judge. Never leaves a process
+ * behind, whatever happens.
+ */
 export async function runWorkload(opts: RunOptions): Promise<RunResult> {
-  const run = resolveRun(opts);
-  const { profile, seed } = run;
-  const t0 = performance.now();
-  const outDir = opts.outDir;
-  await mkdir(outDir, { recursive: true });
-  const historyPath = join(outDir, "history.jsonl");
-  const tmp = await mkdtemp(join(tmpdir(), "narad-verify-"));
-  const signal = opts.signal;
-  const findings: Finding[] = [];
+  const s = await newRunState(opts);
+  try {
+    await startSystems(s);
+    await startLoad(s);
+    startFaults(s);
+    await loadForDuration(s);
+    await healAndStopLoad(s);
+    await drain(s);
+    await audit(s);
+  } finally {
+    await cleanUp(s);
+  }
+  return judge(s);
+}
+
+/** The recorder's two calls, as the driver and its workers use them. */
+interface RunRecorder {
+  invoke(p: string, f: OpF | "fault", value: Record<string, unknown>): void;
+  complete(p: string, type: CompletionType, value: Record<string, unknown>): void;
+}
+
+/** Everything the phases of one run share: what was asked, what was started, what was recorded. */
+interface RunState {
+  readonly opts: RunOptions;
+  readonly run: ResolvedRun;
+  readonly profile: WorkloadProfile;
+  readonly seed: number;
+  readonly t0: number;
+  readonly outDir: string;
+  readonly historyPath: string;
+  /** Parent of the nodes' temp data directories. */
+  readonly tmp: string;
+  readonly signal: AbortSignal | undefined;
+  readonly findings: Finding[];
   /** What a reader of the result should know that is neither a violation nor a harness failure. */
-  const notes: string[] = [];
-  const tracker = new RunTracker({ knownSet: profile.knownSet, mainTopic: MAIN_TOPIC });
-  const clock: RunClock = createRunClock();
+  readonly notes: string[];
+  readonly tracker: RunTracker;
+  readonly clock: RunClock;
+  readonly main: RunSystem;
+  readonly remote: RunSystem | null;
+  readonly systems: RunSystem[];
+  readonly config: ConfigValue;
+  /** The one recording path: history line first, then the tracker's view of it. */
+  readonly record: RunRecorder;
+  /** For the lanes the driver runs itself (drain, audit). */
+  readonly directRecorder: OpRecorder;
+  readonly faultRecorder: FaultRecorder;
+  readonly progress: RunProgressReporter;
+  controlPlane: ControlPlaneServer | null;
+  workers: WorkerHandle[];
+  writer: HistoryWriter | null;
+  nemesis: { start(): void; stop(): Promise<void> } | null;
+  nemesisStopped: boolean;
+  /** Set once the caller aborts `signal` (SIGINT): the phases left do nothing but clean up. */
+  interrupted: boolean;
+  readonly removeAbortListener: () => void;
+}
 
-  const main: RunSystem = {
-    role: "main",
-    nodes: [],
-    proxies: [],
-    admin: run.security ? { user: "admin", password: ADMIN_PASSWORD } : null,
-    client: run.security ? CLIENT_USER : null,
-  };
-  const remote: RunSystem | null = run.remote
-    ? { role: "remote", nodes: [], proxies: [], admin: { user: "admin", password: ADMIN_PASSWORD }, client: CLIENT_USER }
-    : null;
-  const systems: RunSystem[] = remote === null ? [main] : [main, remote];
-  const systemOf = (t: RunTopic): RunSystem => (t.system === "remote" ? remote! : main);
-  const allNodes = (): NodeProcess[] => systems.flatMap((s) => s.nodes);
-  const allProxies = (): Proxy[] => systems.flatMap((s) => s.proxies);
-  let controlPlane: ControlPlaneServer | null = null;
-  const workers: WorkerHandle[] = [];
-  let writer: HistoryWriter | null = null;
-  let nemesis: { start(): void; stop(): Promise<void> } | null = null;
-  let nemesisStopped = false;
-  let phase: RunProgress["phase"] = "start";
-  let progressTimer: NodeJS.Timeout | null = null;
-  let lastOps = 0;
-  let lastTick = performance.now();
-  let opsPerS = 0;
-  const totalOps = () => Object.values(tracker.counts.completed).reduce((a, b) => a + b, 0);
+/** Reports progress: on every phase change, and every `intervalMs` while the timer runs. */
+class RunProgressReporter {
+  private phase: RunProgress["phase"] = "start";
+  private timer: NodeJS.Timeout | null = null;
+  private lastOps = 0;
+  private lastTick = performance.now();
+  private opsPerS = 0;
+
+  constructor(
+    private readonly tracker: RunTracker,
+    private readonly t0: number,
+    private readonly onProgress: RunOptions["onProgress"],
+  ) {}
+
+  set(p: RunProgress["phase"]): void {
+    this.phase = p;
+    this.emit(false);
+  }
+
+  startTimer(intervalMs: number): void {
+    this.timer = setInterval(() => this.emit(true), intervalMs);
+    this.timer.unref();
+  }
+
+  stopTimer(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
   /** `tick`: the periodic call, which measures the rate; phase changes report the last rate. */
-  const emitProgress = (tick = false) => {
-    if (!opts.onProgress) return;
+  private emit(tick: boolean): void {
+    if (!this.onProgress) return;
     const now = performance.now();
-    const ops = totalOps();
+    const counts = this.tracker.counts;
+    const ops = Object.values(counts.completed).reduce((a, b) => a + b, 0);
     if (tick) {
-      opsPerS = now > lastTick ? ((ops - lastOps) * 1000) / (now - lastTick) : 0;
-      lastOps = ops;
-      lastTick = now;
+      this.opsPerS = now > this.lastTick ? ((ops - this.lastOps) * 1000) / (now - this.lastTick) : 0;
+      this.lastOps = ops;
+      this.lastTick = now;
     }
-    opts.onProgress({
-      phase,
-      elapsedMs: Math.round(now - t0),
-      opsPerS: Math.round(opsPerS),
+    this.onProgress({
+      phase: this.phase,
+      elapsedMs: Math.round(now - this.t0),
+      opsPerS: Math.round(this.opsPerS),
       ops,
-      pending: Math.max(0, tracker.counts.produceOk - tracker.ackedMessages),
-      faults: tracker.counts.faultsInjected,
-      produceOk: tracker.counts.produceOk,
-      deliveries: tracker.counts.deliveries,
+      pending: Math.max(0, counts.produceOk - this.tracker.ackedMessages),
+      faults: counts.faultsInjected,
+      produceOk: counts.produceOk,
+      deliveries: counts.deliveries,
     });
-  };
-  const setPhase = (p: RunProgress["phase"]) => {
-    phase = p;
-    emitProgress();
-  };
+  }
+}
 
-  const config: ConfigValue = {
+function systemOf(s: RunState, t: RunTopic): RunSystem {
+  return t.system === "remote" ? s.remote! : s.main;
+}
+
+function allNodes(s: RunState): NodeProcess[] {
+  return s.systems.flatMap((x) => x.nodes);
+}
+
+/** The config line: what the checker needs to judge the run, and what the run was. */
+function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
+  const { profile } = run;
+  return {
     ack_flush_ms: run.ackFlushMs,
     ack_sync_ms: run.ackSyncMs,
     visibility_timeout_ms: profile.visibilityTimeoutMs,
@@ -459,375 +525,465 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
           },
     run: {
       workload: profile.name,
-      seed,
+      seed: run.seed,
       duration_s: run.durationS,
       rate: run.rate,
       nodes: run.nodes,
       security: run.security,
-      ...(remote !== null ? { remote_nodes: run.remoteNodes } : {}),
+      ...(remote ? { remote_nodes: run.remoteNodes } : {}),
       bugs: run.bugs,
       power_loss_mode: profile.powerLoss,
       proxy: profile.proxy,
       faults: run.faults?.kinds ?? [],
     },
   };
+}
 
-  // The one recording path: history line first, then the tracker's view of it.
-  const record = {
-    invoke(p: string, f: OpF | "fault", value: Record<string, unknown>): void {
+/** The run's state before anything starts: options resolved, out and temp directories made. */
+async function newRunState(opts: RunOptions): Promise<RunState> {
+  const run = resolveRun(opts);
+  const { profile, seed } = run;
+  const t0 = performance.now();
+  const outDir = opts.outDir;
+  await mkdir(outDir, { recursive: true });
+  const historyPath = join(outDir, "history.jsonl");
+  const tmp = await mkdtemp(join(tmpdir(), "narad-verify-"));
+  const tracker = new RunTracker({ knownSet: profile.knownSet, mainTopic: MAIN_TOPIC });
+  const clock: RunClock = createRunClock();
+  const main: RunSystem = {
+    role: "main",
+    nodes: [],
+    proxies: [],
+    admin: run.security ? { user: "admin", password: ADMIN_PASSWORD } : null,
+    client: run.security ? CLIENT_USER : null,
+  };
+  const remote: RunSystem | null = run.remote
+    ? { role: "remote", nodes: [], proxies: [], admin: { user: "admin", password: ADMIN_PASSWORD }, client: CLIENT_USER }
+    : null;
+  let writer: HistoryWriter | null = null;
+  const record: RunRecorder = {
+    invoke(p, f, value) {
       writer!.invoke(p, f, value);
       tracker.invoke(p, f, value);
     },
-    complete(p: string, type: CompletionType, value: Record<string, unknown>): void {
+    complete(p, type, value) {
       writer!.complete(p, type, value);
       tracker.complete(p, type, value, clock.nowNs());
     },
   };
-  const directRecorder: OpRecorder = {
-    async invoke(p, f, value) {
-      record.invoke(p, f, value);
-      if (writer!.needsDrain) await writer!.drained();
+  const signal = opts.signal;
+  const s: RunState = {
+    opts,
+    run,
+    profile,
+    seed,
+    t0,
+    outDir,
+    historyPath,
+    tmp,
+    signal,
+    findings: [],
+    notes: [],
+    tracker,
+    clock,
+    main,
+    remote,
+    systems: remote === null ? [main] : [main, remote],
+    config: runConfig(run, remote !== null),
+    record,
+    directRecorder: {
+      async invoke(p, f, value) {
+        record.invoke(p, f, value);
+        if (writer!.needsDrain) await writer!.drained();
+      },
+      complete(p, type, value) {
+        record.complete(p, type, value);
+      },
     },
-    complete(p, type, value) {
-      record.complete(p, type, value);
+    faultRecorder: (type, _f, value) => {
+      if (type === "invoke") record.invoke("nemesis", "fault", value);
+      else record.complete("nemesis", type, value);
     },
+    progress: new RunProgressReporter(tracker, t0, opts.onProgress),
+    controlPlane: null,
+    workers: [],
+    get writer() {
+      return writer;
+    },
+    set writer(w) {
+      writer = w;
+    },
+    nemesis: null,
+    nemesisStopped: false,
+    interrupted: signal?.aborted === true,
+    removeAbortListener: () => signal?.removeEventListener("abort", onAbort),
   };
-  const faultRecorder: FaultRecorder = (type, _f, value) => {
-    if (type === "invoke") record.invoke("nemesis", "fault", value);
-    else record.complete("nemesis", type, value);
-  };
-
-  let interrupted = false;
   const onAbort = () => {
-    interrupted = true;
+    s.interrupted = true;
   };
   signal?.addEventListener("abort", onAbort, { once: true });
-  if (signal?.aborted) interrupted = true;
+  return s;
+}
 
+// ---- start: nodes, proxies, users, topics, children; then the config line ----
+
+async function startSystems(s: RunState): Promise<void> {
+  const { run, profile, main, remote, systems, opts, signal } = s;
+  const env: Record<string, string> = {
+    NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
+    NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
+    NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
+    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
+    // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
+    NARAD_TEST_BUGS: run.bugs.join(","),
+    NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
+    ...(opts.pendingSyncBytes !== undefined ? { NARAD_LIMITS_PENDING_SYNC_BYTES: String(opts.pendingSyncBytes) } : {}),
+    ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),
+  };
+  const clusterArgs: string[] = [];
+  const remoteArgs: string[] = [];
+  if (run.nodes > 1 || run.remoteNodes > 1) {
+    s.controlPlane = await startControlPlaneServer(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
+    if (run.nodes > 1) clusterArgs.push("--control-plane", await s.controlPlane.database("main"));
+    if (run.remoteNodes > 1) remoteArgs.push("--control-plane", await s.controlPlane.database("remote"));
+  }
+  for (let i = 0; i < run.nodes; i++) {
+    const dataDir = join(s.tmp, `n${i + 1}`);
+    await mkdir(dataDir, { recursive: true });
+    main.nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss, nodeId: `n${i + 1}`, dev: !run.security, extraArgs: clusterArgs }));
+  }
+  if (remote !== null) {
+    // Another Narad (or cluster, on a control plane of its own): its own node ids, security
+    // on, and none of the seeded bugs.
+    const remoteEnv = { ...env, NARAD_TEST_BUGS: "", NARAD_TEST_POWER_LOSS: "0", NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD };
+    for (let i = 0; i < run.remoteNodes; i++) {
+      const dataDir = join(s.tmp, `r${i + 1}`);
+      await mkdir(dataDir, { recursive: true });
+      remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: `r${i + 1}`, dev: false, extraArgs: remoteArgs }));
+    }
+  }
+  // In each system the first node alone (a cluster's first node migrates the schema and
+  // creates admin), then the rest; the two systems side by side.
+  await Promise.all(
+    systems.map(async (sys) => {
+      await sys.nodes[0]!.start();
+      await Promise.all(sys.nodes.slice(1).map((n) => n.start()));
+    }),
+  );
+  if (profile.proxy) {
+    for (const n of main.nodes) {
+      main.proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
+    }
+  }
+  await Promise.all(
+    systems.map(async (sys) => {
+      await createUsers(sys, run.topics.filter((t) => systemOf(s, t) === sys).map((t) => t.name));
+      // Not the replicas: their attach creates them.
+      const replicas = new Set(profile.children.filter((c) => c.kind === "replica").map((c) => c.topic));
+      await createTopics(sys, run.topics.filter((t) => systemOf(s, t) === sys && !replicas.has(t.name)), signal);
+    }),
+  );
+  if (profile.children.length > 0) {
+    await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote, signal);
+  }
+
+  s.writer = HistoryWriter.open(s.historyPath, s.config, { clock: s.clock });
+  s.progress.startTimer(opts.progressIntervalMs ?? 1_000);
+}
+
+// ---- load: the worker processes (producers, consumers, prober, replayer) ----
+
+/** The worker specs of the run: producers and consumers of the main topic, consumers of each child path, prober, replayer. */
+function workerSpecs(s: RunState): WorkerSpec[] {
+  const { run, profile, seed, main } = s;
+  let nextProcess = 0;
+  const specs: WorkerSpec[] = [];
+  const lanesTotal = profile.producers * profile.producerLanes;
+  const laneIntervalMs = (lanesTotal * 1000) / run.rate;
+  const quotaPerLane = profile.knownSet ? Math.max(1, Math.ceil((run.rate * run.durationS) / lanesTotal)) : null;
+  const addWorker = (lanes: number, role: RoleSpec, system: RunSystem = main) => {
+    const worker = specs.length;
+    const processes = Array.from({ length: lanes }, () => `p${nextProcess++}`);
+    specs.push({
+      worker,
+      processes,
+      urls: clientUrls(system),
+      ...(system.client !== null ? { auth: system.client } : {}),
+      ...(profile.cycle !== null && role.role === "producer" ? { gateClosed: true } : {}),
+      seed: deriveSeed(seed, `worker-${worker}`),
+      requestTimeoutMs: profile.requestTimeoutMs,
+      role,
+    });
+  };
+  for (let i = 0; i < profile.producers; i++) {
+    addWorker(profile.producerLanes, {
+      role: "producer",
+      topic: MAIN_TOPIC,
+      quotaPerLane,
+      intervalMs: laneIntervalMs,
+      payloadBytesMin: profile.payloadBytesMin,
+      payloadBytesMax: profile.payloadBytesMax,
+      keyedShare: 0.5,
+      keys: 16,
+    });
+  }
+  for (let i = 0; i < profile.consumers; i++) {
+    addWorker(profile.consumerLanes, { role: "consumer", topic: MAIN_TOPIC, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs });
+  }
+  // Every child path has consumers of its own, on the system it lives on.
+  for (const t of run.topics) {
+    if (!profile.children.some((c) => c.topic === t.name)) continue;
+    for (let i = 0; i < profile.childConsumers; i++) {
+      addWorker(profile.consumerLanes, { role: "consumer", topic: t.name, visibilityTimeoutMs: t.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs }, systemOf(s, t));
+    }
+  }
+  if (profile.prober) addWorker(1, { role: "prober", topic: PROBE_TOPIC, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS });
+  if (profile.replayer) addWorker(1, { role: "replayer", topics: run.topics.filter((t) => t.system === "main").map(topicSpec), intervalMs: 300, limit: 50 });
+  const messagesPerLaneMax = Math.floor(RUN_LIMITS.messagesMax / lanesTotal);
+  for (const spec of specs) if (spec.role.role === "producer") spec.role.quotaPerLane = Math.min(spec.role.quotaPerLane ?? messagesPerLaneMax, messagesPerLaneMax);
+  return specs;
+}
+
+async function startLoad(s: RunState): Promise<void> {
+  for (const spec of workerSpecs(s)) s.workers.push(spawnWorker(spec, s.record, () => s.writer!, s.findings));
+  await withDeadline(Promise.all(s.workers.map((w) => w.ready)), RUN_LIMITS.workerReadyTimeoutMs, "worker processes did not start");
+}
+
+// ---- faults: the nemesis, or load cycles with faults in quiet windows ----
+
+function startFaults(s: RunState): void {
+  const { run, profile, main, remote, systems, tracker } = s;
+  const targetsOf = (sys: RunSystem): CycleTarget[] => sys.nodes.map((node, i) => ({ node, role: sys.role, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}) }));
+  const which = run.faults?.targets ?? "all";
+  const targets: CycleTarget[] = which === "main" ? targetsOf(main) : which === "remote" ? targetsOf(remote!) : systems.flatMap(targetsOf);
+  if (profile.cycle !== null) {
+    const producerWorkers = s.workers.filter((w) => w.spec.role.role === "producer");
+    const copied = profile.children.filter((c) => c.kind !== "delay").map((c) => c.topic);
+    s.nemesis = new LoadCycle({
+      spec: profile.cycle,
+      seed: deriveSeed(s.seed, "nemesis"),
+      faults: run.faults?.kinds ?? [],
+      targets,
+      record: s.faultRecorder,
+      ackFlushMs: run.ackFlushMs,
+      producedOk: () => tracker.counts.produceOk,
+      gate: async (open) => {
+        await Promise.all(producerWorkers.map((w) => w.gate(open)));
+        // Closed: every produce that was invoked finishes before the quiet window counts.
+        const deadline = performance.now() + profile.requestTimeoutMs + 2_000;
+        while (!open && tracker.openCount("produce") > 0 && performance.now() < deadline) await sleep(10);
+      },
+      onSkip: (names, reason) => {
+        if (s.notes.length < RUN_LIMITS.notesMax) s.notes.push(`faults on ${names} skipped in one quiet window: ${reason}`);
+      },
+      caughtUp: async () => {
+        if (copied.length === 0) return true;
+        const lag = await childLag(main, MAIN_TOPIC, copied);
+        return [...lag.values()].every((n) => n === 0);
+      },
+    });
+    s.nemesis.start();
+  } else if (run.faults !== null) {
+    s.nemesis = new Nemesis({
+      targets,
+      seed: deriveSeed(s.seed, "nemesis"),
+      faults: run.faults.kinds,
+      intervalMs: run.faults.intervalMs,
+      intervalJitterMs: run.faults.intervalJitterMs,
+      holdMs: run.faults.holdMs,
+      holdJitterMs: run.faults.holdJitterMs,
+      latencyMs: 300,
+      latencyJitterMs: 50,
+      record: s.faultRecorder,
+    });
+    s.nemesis.start();
+  }
+}
+
+/** Stops the faults and brings every node and line back, recording each step. */
+async function heal(s: RunState): Promise<void> {
+  if (s.nemesis !== null && !s.nemesisStopped) {
+    s.progress.set("heal");
+    s.nemesisStopped = true;
+    await s.nemesis.stop();
+  }
+  // Whatever the schedule left, every node runs and every line is clear before the drain.
+  for (const sys of s.systems) {
+    for (let i = 0; i < sys.nodes.length; i++) {
+      if (!s.interrupted) await restoreTarget(s.faultRecorder, { node: sys.nodes[i]!, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}) });
+    }
+  }
+}
+
+// ---- load for the duration (e2e: until every 202 is acked) ----
+
+async function loadForDuration(s: RunState): Promise<void> {
+  const { run, profile, tracker, findings, signal } = s;
+  s.progress.set("run");
+  const producers = s.workers.filter((w) => w.spec.role.role === "producer");
+  const producersDone = Promise.all(producers.map((w) => w.exited));
+  let producersFinished = false;
+  void producersDone.then(() => (producersFinished = true));
+  const runEnd = performance.now() + run.durationS * 1000;
+  const knownSetEnd = runEnd + RUN_LIMITS.knownSetGraceMs;
+  for (;;) {
+    if (s.interrupted) break;
+    const now = performance.now();
+    if (profile.knownSet) {
+      // Under faults the known set is what got a 202 within the duration (the quota, unless the
+      // producers fall behind, as they may while nodes are down); production and faults stop
+      // then, and everything must be acked within the grace. Without faults, the whole quota.
+      if (now >= runEnd && !producersFinished && s.nemesis !== null) {
+        await Promise.all(producers.map((w) => w.gate(false)));
+        const deadline = performance.now() + profile.requestTimeoutMs + 2_000;
+        while (tracker.openCount("produce") > 0 && performance.now() < deadline) await sleep(10, signal);
+        producersFinished = true;
+      }
+      if (s.nemesis !== null && !s.nemesisStopped && now >= runEnd) {
+        await heal(s);
+        s.progress.set("run");
+      }
+      if (producersFinished && tracker.allProducedAcked()) break;
+      if (now >= knownSetEnd) {
+        findings.push({
+          kind: "violation",
+          text: `not every message with a 202 was acked within ${RUN_LIMITS.knownSetGraceMs / 1000} s after the run (for example ${tracker.producedNotAcked(5).join(", ")})`,
+        });
+        break;
+      }
+    } else if (now >= runEnd) {
+      // Load cycles end after a burst has met the last faults' effect, the nemesis once it made
+      // the faults asked for (both bounded by the grace).
+      const nemesis = s.nemesis;
+      const settled = nemesis instanceof LoadCycle ? nemesis.settled : nemesis instanceof Nemesis ? nemesis.applied >= (s.opts.faultsMin ?? 0) : true;
+      if (settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
+    }
+    await sleep(100, signal);
+  }
+}
+
+// ---- heal, recover, stop the workers ----
+
+async function healAndStopLoad(s: RunState): Promise<void> {
+  const faulted = s.nemesis !== null && !s.nemesisStopped;
+  await heal(s);
+  // A known set is all acked by now: nothing is left to recover.
+  if (faulted && !s.profile.knownSet && !s.interrupted) {
+    s.progress.set("recover");
+    await sleep(RUN_LIMITS.recoverMs, s.signal);
+  }
+  s.progress.set("stop");
+  await stopWorkers(s.workers, s.findings);
+}
+
+// ---- drain: children caught up, no lease left live, then consume and ack every topic until empty ----
+
+async function drain(s: RunState): Promise<void> {
+  const { run, profile, tracker, findings, signal } = s;
+  if (!s.interrupted && profile.children.length > 0) {
+    // Every copy made before any child path is drained (the checker's rule for `lost`).
+    s.progress.set("catch-up");
+    const behind = await waitChildrenCaughtUp(s.main, MAIN_TOPIC, profile.children.map((c) => c.topic), signal);
+    for (const [child, lag] of behind) {
+      findings.push({
+        kind: "violation",
+        text: `child ${child} did not catch up with ${MAIN_TOPIC} within ${SYSTEM_LIMITS.childCatchUpTimeoutMs / 1000} s after the load (${Number.isNaN(lag) ? "no node reports its lag" : `${lag} messages behind`})`,
+      });
+    }
+  }
+  if (!s.interrupted) {
+    s.progress.set("drain-wait");
+    const nowNs = s.clock.nowNs();
+    let waitUntilNs = nowNs;
+    for (const t of run.topics) waitUntilNs = Math.max(waitUntilNs, tracker.leasesEndNs(t.name, t.visibilityTimeoutMs * 1e6, nowNs));
+    await sleep((waitUntilNs - nowNs) / 1e6 + RUN_LIMITS.drainMarginMs, signal);
+  }
+  if (s.interrupted) return;
+  s.progress.set("drain");
+  const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
+  const drains: Promise<void>[] = [];
+  for (const t of run.topics) {
+    const sys = systemOf(s, t);
+    const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : t.name === PROBE_TOPIC ? 1 : Math.max(1, RUN_LIMITS.drainLanes / 2);
+    for (let l = 0; l < lanes; l++) {
+      const lane = new Lane(`drain-${t.name}-${l}`, clientUrls(sys), s.directRecorder, {
+        requestTimeoutMs: profile.requestTimeoutMs,
+        firstUrl: l,
+        ...(sys.client !== null ? { auth: sys.client } : {}),
+      });
+      drains.push(
+        drainTopic(lane, t.name, drainOpsMax, RUN_LIMITS.drainErrorsMax)
+          .then((ok) => {
+            if (!ok) findings.push({ kind: "harness", text: `the final drain of ${t.name} (lane ${l}) never saw an empty consume` });
+          })
+          .finally(() => lane.close()),
+      );
+    }
+  }
+  await Promise.all(drains);
+}
+
+// ---- audit: replay every partition from offset 0 ----
+
+async function audit(s: RunState): Promise<void> {
+  if (s.interrupted) return;
+  s.progress.set("audit");
+  for (const sys of s.systems) {
+    const lane = new Lane(`audit${sys.role === "remote" ? "-remote" : ""}`, clientUrls(sys), s.directRecorder, {
+      requestTimeoutMs: s.profile.requestTimeoutMs,
+      ...(sys.client !== null ? { auth: sys.client } : {}),
+    });
+    try {
+      for (const t of s.run.topics) if (systemOf(s, t) === sys) await auditTopic(lane, topicSpec(t), RUN_LIMITS.auditPagesMax);
+    } finally {
+      await lane.close();
+    }
+  }
+}
+
+// ---- clean-up, on every path: faults, workers, history, proxies, nodes, control plane, temp dirs ----
+
+async function cleanUp(s: RunState): Promise<void> {
+  s.progress.stopTimer();
+  s.removeAbortListener();
+  if (s.nemesis !== null && !s.nemesisStopped) await s.nemesis.stop().catch(() => undefined);
+  for (const w of s.workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill("SIGKILL");
+  await Promise.all(s.workers.map((w) => w.exited.catch(() => undefined)));
+  if (s.writer !== null) await s.writer.close().catch(() => undefined);
+  for (const p of s.systems.flatMap((x) => x.proxies)) await p.close().catch(() => undefined);
+  await Promise.all(
+    allNodes(s).map(async (n) => {
+      if (n.paused) await n.resume().catch(() => undefined);
+      if (n.running) await n.terminate().catch(() => n.dispose());
+      await n.dispose();
+    }),
+  );
+  // After the nodes: a cluster node whose control plane vanished first would only complain.
+  if (s.controlPlane !== null) await s.controlPlane.stop().catch(() => undefined);
+  const logs = s.systems
+    .flatMap((sys) => sys.nodes.map((n) => `==== ${sys.role} node ${n.name} (${n.dataDir}) ====\n${n.output().slice(-RUN_LIMITS.nodeLogCharsMax)}`))
+    .join("\n");
+  await writeFile(join(s.outDir, "nodes.log"), logs).catch(() => undefined);
+  if (!s.opts.keep) await rm(s.tmp, { recursive: true, force: true }).catch(() => undefined);
+}
+
+// ---- judge: the checker's verdict and reports, the driver's own findings, the exit code ----
+
+async function judge(s: RunState): Promise<RunResult> {
+  const { profile, tracker, findings, interrupted } = s;
   let report: Report | null = null;
   let reportJsonPath: string | null = null;
   let reportHtmlPath: string | null = null;
-  try {
-    // ---- nodes, proxies, topics ----
-    const env: Record<string, string> = {
-      NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
-      NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
-      NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
-      NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
-      // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
-      NARAD_TEST_BUGS: run.bugs.join(","),
-      NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
-      ...(opts.pendingSyncBytes !== undefined ? { NARAD_LIMITS_PENDING_SYNC_BYTES: String(opts.pendingSyncBytes) } : {}),
-      ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),
-    };
-    const clusterArgs: string[] = [];
-    const remoteArgs: string[] = [];
-    if (run.nodes > 1 || run.remoteNodes > 1) {
-      controlPlane = await startControlPlaneServer(opts.controlPlaneUrl ?? process.env.NARAD_VERIFY_CONTROL_PLANE);
-      if (run.nodes > 1) clusterArgs.push("--control-plane", await controlPlane.database("main"));
-      if (run.remoteNodes > 1) remoteArgs.push("--control-plane", await controlPlane.database("remote"));
-    }
-    for (let i = 0; i < run.nodes; i++) {
-      const dataDir = join(tmp, `n${i + 1}`);
-      await mkdir(dataDir, { recursive: true });
-      main.nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss, nodeId: `n${i + 1}`, dev: !run.security, extraArgs: clusterArgs }));
-    }
-    if (remote !== null) {
-      // Another Narad (or cluster, on a control plane of its own): its own node ids, security
-      // on, and none of the seeded bugs.
-      const remoteEnv = { ...env, NARAD_TEST_BUGS: "", NARAD_TEST_POWER_LOSS: "0", NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD };
-      for (let i = 0; i < run.remoteNodes; i++) {
-        const dataDir = join(tmp, `r${i + 1}`);
-        await mkdir(dataDir, { recursive: true });
-        remote.nodes.push(new NodeProcess({ dataDir, env: remoteEnv, nodeId: `r${i + 1}`, dev: false, extraArgs: remoteArgs }));
-      }
-    }
-    // In each system the first node alone (a cluster's first node migrates the schema and
-    // creates admin), then the rest; the two systems side by side.
-    await Promise.all(
-      systems.map(async (sys) => {
-        await sys.nodes[0]!.start();
-        await Promise.all(sys.nodes.slice(1).map((n) => n.start()));
-      }),
-    );
-    if (profile.proxy) {
-      for (const n of main.nodes) {
-        main.proxies.push(await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port }));
-      }
-    }
-    await Promise.all(
-      systems.map(async (s) => {
-        await createUsers(s, run.topics.filter((t) => systemOf(t) === s).map((t) => t.name));
-        // Not the replicas: their attach creates them.
-        const replicas = new Set(profile.children.filter((c) => c.kind === "replica").map((c) => c.topic));
-        await createTopics(s, run.topics.filter((t) => systemOf(t) === s && !replicas.has(t.name)), signal);
-      }),
-    );
-    if (profile.children.length > 0) {
-      await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote, signal);
-    }
-
-    writer = HistoryWriter.open(historyPath, config, { clock });
-    progressTimer = setInterval(() => emitProgress(true), opts.progressIntervalMs ?? 1_000);
-    progressTimer.unref();
-
-    // ---- workers ----
-    let nextProcess = 0;
-    const specs: WorkerSpec[] = [];
-    const lanesTotal = profile.producers * profile.producerLanes;
-    const laneIntervalMs = (lanesTotal * 1000) / run.rate;
-    const quotaPerLane = profile.knownSet ? Math.max(1, Math.ceil((run.rate * run.durationS) / lanesTotal)) : null;
-    const addWorker = (lanes: number, role: RoleSpec, system: RunSystem = main) => {
-      const worker = specs.length;
-      const processes = Array.from({ length: lanes }, () => `p${nextProcess++}`);
-      specs.push({
-        worker,
-        processes,
-        urls: clientUrls(system),
-        ...(system.client !== null ? { auth: system.client } : {}),
-        ...(profile.cycle !== null && role.role === "producer" ? { gateClosed: true } : {}),
-        seed: deriveSeed(seed, `worker-${worker}`),
-        requestTimeoutMs: profile.requestTimeoutMs,
-        role,
-      });
-    };
-    for (let i = 0; i < profile.producers; i++) {
-      addWorker(profile.producerLanes, {
-        role: "producer",
-        topic: MAIN_TOPIC,
-        quotaPerLane,
-        intervalMs: laneIntervalMs,
-        payloadBytesMin: profile.payloadBytesMin,
-        payloadBytesMax: profile.payloadBytesMax,
-        keyedShare: 0.5,
-        keys: 16,
-      });
-    }
-    for (let i = 0; i < profile.consumers; i++) {
-      addWorker(profile.consumerLanes, { role: "consumer", topic: MAIN_TOPIC, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs });
-    }
-    // Every child path has consumers of its own, on the system it lives on.
-    for (const t of run.topics) {
-      if (!profile.children.some((c) => c.topic === t.name)) continue;
-      for (let i = 0; i < profile.childConsumers; i++) {
-        addWorker(profile.consumerLanes, { role: "consumer", topic: t.name, visibilityTimeoutMs: t.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs }, systemOf(t));
-      }
-    }
-    if (profile.prober) addWorker(1, { role: "prober", topic: PROBE_TOPIC, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS });
-    if (profile.replayer) addWorker(1, { role: "replayer", topics: run.topics.filter((t) => t.system === "main").map(topicSpec), intervalMs: 300, limit: 50 });
-    const messagesPerLaneMax = Math.floor(RUN_LIMITS.messagesMax / lanesTotal);
-    for (const s of specs) if (s.role.role === "producer") s.role.quotaPerLane = Math.min(s.role.quotaPerLane ?? messagesPerLaneMax, messagesPerLaneMax);
-
-    for (const spec of specs) workers.push(spawnWorker(spec, record, () => writer!, findings));
-    await withDeadline(Promise.all(workers.map((w) => w.ready)), RUN_LIMITS.workerReadyTimeoutMs, "worker processes did not start");
-
-    // ---- nemesis (or load cycles with faults in quiet windows) ----
-    const targetsOf = (sys: RunSystem): CycleTarget[] => sys.nodes.map((node, i) => ({ node, role: sys.role, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}) }));
-    const which = run.faults?.targets ?? "all";
-    const targets: CycleTarget[] = which === "main" ? targetsOf(main) : which === "remote" ? targetsOf(remote!) : systems.flatMap(targetsOf);
-    if (profile.cycle !== null) {
-      const producerWorkers = workers.filter((w) => w.spec.role.role === "producer");
-      const copied = profile.children.filter((c) => c.kind !== "delay").map((c) => c.topic);
-      nemesis = new LoadCycle({
-        spec: profile.cycle,
-        seed: deriveSeed(seed, "nemesis"),
-        faults: run.faults?.kinds ?? [],
-        targets,
-        record: faultRecorder,
-        ackFlushMs: run.ackFlushMs,
-        producedOk: () => tracker.counts.produceOk,
-        gate: async (open) => {
-          await Promise.all(producerWorkers.map((w) => w.gate(open)));
-          // Closed: every produce that was invoked finishes before the quiet window counts.
-          const deadline = performance.now() + profile.requestTimeoutMs + 2_000;
-          while (!open && tracker.openCount("produce") > 0 && performance.now() < deadline) await sleep(10);
-        },
-        onSkip: (names, reason) => {
-          if (notes.length < RUN_LIMITS.notesMax) notes.push(`faults on ${names} skipped in one quiet window: ${reason}`);
-        },
-        caughtUp: async () => {
-          if (copied.length === 0) return true;
-          const lag = await childLag(main, MAIN_TOPIC, copied);
-          return [...lag.values()].every((n) => n === 0);
-        },
-      });
-      nemesis.start();
-    } else if (run.faults !== null) {
-      const nemesisOptions = {
-        targets,
-        seed: deriveSeed(seed, "nemesis"),
-        faults: run.faults.kinds,
-        intervalMs: run.faults.intervalMs,
-        intervalJitterMs: run.faults.intervalJitterMs,
-        holdMs: run.faults.holdMs,
-        holdJitterMs: run.faults.holdJitterMs,
-        latencyMs: 300,
-        latencyJitterMs: 50,
-        record: faultRecorder,
-      };
-      nemesis = new Nemesis(nemesisOptions);
-      nemesis.start();
-    }
-
-    // ---- the run ----
-    setPhase("run");
-    const producers = workers.filter((w) => w.spec.role.role === "producer");
-    const producersDone = Promise.all(producers.map((w) => w.exited));
-    let producersFinished = false;
-    void producersDone.then(() => (producersFinished = true));
-    const runEnd = performance.now() + run.durationS * 1000;
-    const knownSetEnd = runEnd + RUN_LIMITS.knownSetGraceMs;
-    /** Stops the faults and brings every node and line back, recording each step. */
-    const heal = async (): Promise<void> => {
-      if (nemesis !== null && !nemesisStopped) {
-        setPhase("heal");
-        nemesisStopped = true;
-        await nemesis.stop();
-      }
-      // Whatever the schedule left, every node runs and every line is clear before the drain.
-      for (const s of systems) {
-        for (let i = 0; i < s.nodes.length; i++) {
-          if (!interrupted) await restoreTarget(faultRecorder, { node: s.nodes[i]!, ...(s.proxies[i] ? { proxy: s.proxies[i] } : {}) });
-        }
-      }
-    };
-    for (;;) {
-      if (interrupted) break;
-      const now = performance.now();
-      if (profile.knownSet) {
-        // Under faults the known set is what got a 202 within the duration (the quota, unless the
-        // producers fall behind, as they may while nodes are down); production and faults stop
-        // then, and everything must be acked within the grace. Without faults, the whole quota.
-        if (now >= runEnd && !producersFinished && nemesis !== null) {
-          await Promise.all(producers.map((w) => w.gate(false)));
-          const deadline = performance.now() + profile.requestTimeoutMs + 2_000;
-          while (tracker.openCount("produce") > 0 && performance.now() < deadline) await sleep(10, signal);
-          producersFinished = true;
-        }
-        if (nemesis !== null && !nemesisStopped && now >= runEnd) {
-          await heal();
-          setPhase("run");
-        }
-        if (producersFinished && tracker.allProducedAcked()) break;
-        if (now >= knownSetEnd) {
-          findings.push({
-            kind: "violation",
-            text: `not every message with a 202 was acked within ${RUN_LIMITS.knownSetGraceMs / 1000} s after the run (for example ${tracker.producedNotAcked(5).join(", ")})`,
-          });
-          break;
-        }
-      } else if (now >= runEnd) {
-        // Load cycles end after a burst has met the last faults' effect, the nemesis once it made
-        // the faults asked for (both bounded by the grace).
-        const settled =
-          nemesis instanceof LoadCycle ? nemesis.settled : nemesis instanceof Nemesis ? nemesis.applied >= (opts.faultsMin ?? 0) : true;
-        if (settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
-      }
-      await sleep(100, signal);
-    }
-
-    // ---- heal, stop, drain ----
-    const faulted = nemesis !== null && !nemesisStopped;
-    await heal();
-    // A known set is all acked by now: nothing is left to recover.
-    if (faulted && !profile.knownSet && !interrupted) {
-      setPhase("recover");
-      await sleep(RUN_LIMITS.recoverMs, signal);
-    }
-    setPhase("stop");
-    await stopWorkers(workers, findings);
-
-    if (!interrupted && profile.children.length > 0) {
-      // Every copy made before any child path is drained (the checker's rule for `lost`).
-      setPhase("catch-up");
-      const behind = await waitChildrenCaughtUp(main, MAIN_TOPIC, profile.children.map((c) => c.topic), signal);
-      for (const [child, lag] of behind) {
-        findings.push({
-          kind: "violation",
-          text: `child ${child} did not catch up with ${MAIN_TOPIC} within ${SYSTEM_LIMITS.childCatchUpTimeoutMs / 1000} s after the load (${Number.isNaN(lag) ? "no node reports its lag" : `${lag} messages behind`})`,
-        });
-      }
-    }
-    if (!interrupted) {
-      setPhase("drain-wait");
-      const nowNs = clock.nowNs();
-      let waitUntilNs = nowNs;
-      for (const t of run.topics) waitUntilNs = Math.max(waitUntilNs, tracker.leasesEndNs(t.name, t.visibilityTimeoutMs * 1e6, nowNs));
-      await sleep((waitUntilNs - nowNs) / 1e6 + RUN_LIMITS.drainMarginMs, signal);
-    }
-    if (!interrupted) {
-      setPhase("drain");
-      const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
-      const drains: Promise<void>[] = [];
-      for (const t of run.topics) {
-        const sys = systemOf(t);
-        const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : t.name === PROBE_TOPIC ? 1 : Math.max(1, RUN_LIMITS.drainLanes / 2);
-        for (let l = 0; l < lanes; l++) {
-          const lane = new Lane(`drain-${t.name}-${l}`, clientUrls(sys), directRecorder, {
-            requestTimeoutMs: profile.requestTimeoutMs,
-            firstUrl: l,
-            ...(sys.client !== null ? { auth: sys.client } : {}),
-          });
-          drains.push(
-            drainTopic(lane, t.name, drainOpsMax, RUN_LIMITS.drainErrorsMax)
-              .then((ok) => {
-                if (!ok) findings.push({ kind: "harness", text: `the final drain of ${t.name} (lane ${l}) never saw an empty consume` });
-              })
-              .finally(() => lane.close()),
-          );
-        }
-      }
-      await Promise.all(drains);
-    }
-    if (!interrupted) {
-      setPhase("audit");
-      for (const s of systems) {
-        const lane = new Lane(`audit${s.role === "remote" ? "-remote" : ""}`, clientUrls(s), directRecorder, {
-          requestTimeoutMs: profile.requestTimeoutMs,
-          ...(s.client !== null ? { auth: s.client } : {}),
-        });
-        try {
-          for (const t of run.topics) if (systemOf(t) === s) await auditTopic(lane, topicSpec(t), RUN_LIMITS.auditPagesMax);
-        } finally {
-          await lane.close();
-        }
-      }
-    }
-  } finally {
-    if (progressTimer !== null) clearInterval(progressTimer);
-    signal?.removeEventListener("abort", onAbort);
-    if (nemesis !== null && !nemesisStopped) await nemesis.stop().catch(() => undefined);
-    for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill("SIGKILL");
-    await Promise.all(workers.map((w) => w.exited.catch(() => undefined)));
-    if (writer !== null) await writer.close().catch(() => undefined);
-    for (const p of allProxies()) await p.close().catch(() => undefined);
-    await Promise.all(
-      allNodes().map(async (n) => {
-        if (n.paused) await n.resume().catch(() => undefined);
-        if (n.running) await n.terminate().catch(() => n.dispose());
-        await n.dispose();
-      }),
-    );
-    // After the nodes: a cluster node whose control plane vanished first would only complain.
-    if (controlPlane !== null) await controlPlane.stop().catch(() => undefined);
-    const logs = systems
-      .flatMap((s) => s.nodes.map((n) => `==== ${s.role} node ${n.name} (${n.dataDir}) ====\n${n.output().slice(-RUN_LIMITS.nodeLogCharsMax)}`))
-      .join("\n");
-    await writeFile(join(outDir, "nodes.log"), logs).catch(() => undefined);
-    if (!opts.keep) await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
-  }
-
-  // ---- judge ----
   let verdict: Verdict | null = null;
   if (!interrupted) {
-    setPhase("check");
-    report = await check(historyPath);
+    s.progress.set("check");
+    report = await check(s.historyPath);
     verdict = report.verdict;
-    reportJsonPath = join(outDir, "report.json");
+    reportJsonPath = join(s.outDir, "report.json");
     await writeFile(reportJsonPath, renderJson(report));
-    if (opts.html !== false) {
-      reportHtmlPath = join(outDir, "report.html");
-      await writeFile(reportHtmlPath, renderHtml(report, `narad verify run --workload ${profile.name} --seed ${seed}`));
+    if (s.opts.html !== false) {
+      reportHtmlPath = join(s.outDir, "report.html");
+      await writeFile(reportHtmlPath, renderHtml(report, `narad verify run --workload ${profile.name} --seed ${s.seed}`));
     }
   }
   if (profile.duplicatesFail) {
@@ -840,25 +996,25 @@ export async function runWorkload(opts: RunOptions): Promise<RunResult> {
     if (findings.some((f) => f.kind === "violation")) exitCode = 1;
     else if (exitCode === 0 && findings.length > 0) exitCode = 2;
   }
-  setPhase("done");
+  s.progress.set("done");
   return {
     workload: profile.name,
-    seed,
-    outDir,
-    historyPath,
+    seed: s.seed,
+    outDir: s.outDir,
+    historyPath: s.historyPath,
     reportJsonPath,
     reportHtmlPath,
-    dataDirs: opts.keep ? allNodes().map((n) => n.dataDir) : [],
+    dataDirs: s.opts.keep ? allNodes(s).map((n) => n.dataDir) : [],
     verdict,
     report,
     exitCode,
     findings,
-    notes,
+    notes: s.notes,
     counts: tracker.counts,
-    events: writer?.events ?? 0,
-    durationMs: Math.round(performance.now() - t0),
+    events: s.writer?.events ?? 0,
+    durationMs: Math.round(performance.now() - s.t0),
     interrupted,
-    config,
+    config: s.config,
   };
 }
 
@@ -871,12 +1027,7 @@ async function withDeadline<T>(p: Promise<T>, ms: number, what: string): Promise
   }
 }
 
-interface Recorder {
-  invoke(p: string, f: OpF, value: Record<string, unknown>): void;
-  complete(p: string, type: CompletionType, value: Record<string, unknown>): void;
-}
-
-function spawnWorker(spec: WorkerSpec, record: Recorder, writer: () => HistoryWriter, findings: Finding[]): WorkerHandle {
+function spawnWorker(spec: WorkerSpec, record: RunRecorder, writer: () => HistoryWriter, findings: Finding[]): WorkerHandle {
   // execArgv [] so a test runner's flags (--test and friends) do not reach the worker.
   const child = fork(WORKER_PATH, [], { stdio: ["ignore", "pipe", "pipe", "ipc"], execArgv: [], serialization: "json" });
   let stderr = "";

@@ -24,11 +24,13 @@
 // - Setup waits on conditions with deadlines, never on fixed sleeps: a cluster's nodes learn of
 //   topics and grants through the control plane, so the run starts only once every node answers
 //   for every topic with the workers' credentials.
-// - Nothing here imports server code: it talks HTTP, like any client.
+// - Nothing here imports server code: setup goes through the SDK's admin methods (src/client),
+//   like any client's; a refusal throws the SDK's error, whose message says what failed.
 
-import { request } from "undici";
+import { Narad } from "../../client/index.js";
 import type { NodeProcess } from "../nemesis/index.js";
 import type { Proxy } from "../proxy/index.js";
+import type { AttachChildOptions, GrantAction } from "../../client/index.js";
 import type { Credentials, TopicSpec } from "./protocol.js";
 
 export const SYSTEM_LIMITS = {
@@ -66,30 +68,34 @@ export function clientUrls(s: RunSystem): string[] {
   return s.proxies.length > 0 ? s.proxies.map((p) => `http://127.0.0.1:${p.address.port}`) : s.nodes.map((n) => n.url);
 }
 
-export function basicAuth(c: Credentials | null): Record<string, string> {
-  return c === null ? {} : { authorization: `Basic ${Buffer.from(`${c.user}:${c.password}`, "utf8").toString("base64")}` };
-}
-
-interface Answer {
-  status: number;
-  text: string;
-}
-
-async function call(url: string, method: string, path: string, auth: Credentials | null, body?: unknown): Promise<Answer> {
-  const res = await request(`${url}${path}`, {
-    method: method as "GET",
-    headers: { ...basicAuth(auth), ...(body !== undefined ? { "content-type": "application/json" } : {}) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    headersTimeout: SYSTEM_LIMITS.setupRequestTimeoutMs,
-    bodyTimeout: SYSTEM_LIMITS.setupRequestTimeoutMs,
+/** An SDK client of `url` for setup (one request at a time, the setup timeout), as `auth`. */
+function setupClient(url: string, auth: Credentials | null): Narad {
+  return new Narad({
+    url,
+    connections: 1,
+    requestTimeoutMs: SYSTEM_LIMITS.setupRequestTimeoutMs,
+    ...(auth !== null ? { user: auth.user, password: auth.password } : {}),
   });
-  return { status: res.statusCode, text: await res.body.text() };
 }
 
-async function must(what: string, p: Promise<Answer>, ...ok: number[]): Promise<Answer> {
-  const a = await p;
-  if (!ok.includes(a.status)) throw new Error(`${what}: ${a.status} ${a.text.slice(0, 300)}`);
-  return a;
+/** Runs `fn` with setup clients of `urls`, closed afterwards whatever happens. */
+async function withClients<T>(urls: string[], auth: Credentials | null, fn: (clients: Narad[]) => Promise<T>): Promise<T> {
+  const clients = urls.map((u) => setupClient(u, auth));
+  try {
+    return await fn(clients);
+  } finally {
+    await Promise.all(clients.map((c) => c.destroy().catch(() => undefined)));
+  }
+}
+
+/** Runs `p`; a failure says what was being done (`what`) before the SDK's own message. */
+async function must<T>(what: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (e) {
+    const status = (e as { status?: unknown }).status;
+    throw new Error(`${what}: ${typeof status === "number" ? `${status} ` : ""}${(e as Error).message}`, { cause: e });
+  }
 }
 
 function sleep(ms: number): Promise<void> {
@@ -115,48 +121,47 @@ async function waitUntil(what: string, timeoutMs: number, probe: () => Promise<b
 /** Security on: creates the workers' user (and, on a remote system, the copier) with their grants. */
 export async function createUsers(s: RunSystem, remoteTopics: string[]): Promise<void> {
   if (s.admin === null || s.client === null) return;
-  const url = s.nodes[0]!.url;
-  const add = async (c: Credentials, grants: [string, string][]) => {
-    await must(`creating user ${c.user}`, call(url, "POST", "/v1/users", s.admin, { name: c.user, password: c.password }), 201);
-    for (const [action, pattern] of grants) {
-      await must(`granting ${action} on ${pattern} to ${c.user}`, call(url, "POST", `/v1/users/${c.user}/grants`, s.admin, { action, pattern }), 201);
-    }
-  };
-  await add(s.client, [
-    ["produce", "*"],
-    ["consume", "*"],
-  ]);
-  if (s.role === "remote") await add(COPIER_USER, remoteTopics.map((t) => ["produce", t] as [string, string]));
+  const client = s.client;
+  await withClients([s.nodes[0]!.url], s.admin, async ([admin]) => {
+    const add = async (c: Credentials, grants: [GrantAction, string][]) => {
+      await must(`creating user ${c.user}`, admin!.createUser({ name: c.user, password: c.password }));
+      for (const [action, pattern] of grants) await must(`granting ${action} on ${pattern} to ${c.user}`, admin!.addGrant(c.user, { action, pattern }));
+    };
+    await add(client, [
+      ["produce", "*"],
+      ["consume", "*"],
+    ]);
+    if (s.role === "remote") await add(COPIER_USER, remoteTopics.map((t) => ["produce", t] as [GrantAction, string]));
+  });
 }
 
 /** Creates the topics (as admin, on the first node) and waits until every node serves them to the workers. */
 export async function createTopics(s: RunSystem, topics: TopicSpec[], signal?: AbortSignal): Promise<void> {
-  const url = s.nodes[0]!.url;
-  for (const t of topics) {
-    await must(
-      `creating topic ${t.name}`,
-      call(url, "POST", "/v1/topics", s.admin, { name: t.name, partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }),
-      201,
-    );
-  }
+  await withClients([s.nodes[0]!.url], s.admin, async ([admin]) => {
+    for (const t of topics) {
+      await must(`creating topic ${t.name}`, admin!.createTopic({ name: t.name, partitions: t.partitions, visibilityTimeoutMs: t.visibilityTimeoutMs }));
+    }
+  });
   await waitTopicsServed(s, topics.map((t) => t.name), signal);
 }
 
 /** Waits until every node of `s` serves every topic to the workers' user (topic and grants reached it). */
 async function waitTopicsServed(s: RunSystem, topics: string[], signal?: AbortSignal): Promise<void> {
-  for (const n of s.nodes) {
-    for (const t of topics) {
-      await waitUntil(
-        `node ${n.name} did not serve topic ${t} to the workers' user`,
-        SYSTEM_LIMITS.setupVisibleTimeoutMs,
-        async () => {
-          const a = await call(n.url, "GET", `/v1/topics/${encodeURIComponent(t)}/partitions/0/messages?offset=0&limit=1`, s.client);
-          return a.status === 200;
-        },
-        signal,
-      );
+  await withClients(s.nodes.map((n) => n.url), s.client, async (clients) => {
+    for (const [i, n] of s.nodes.entries()) {
+      for (const t of topics) {
+        await waitUntil(
+          `node ${n.name} did not serve topic ${t} to the workers' user`,
+          SYSTEM_LIMITS.setupVisibleTimeoutMs,
+          async () => {
+            await clients[i]!.replay(t, 0, { offset: 0, limit: 1 });
+            return true;
+          },
+          signal,
+        );
+      }
     }
-  }
+  });
 }
 
 export interface ChildLinkSpec {
@@ -171,18 +176,19 @@ export interface ChildLinkSpec {
  * attach: the run waits until every node serves it to the workers.
  */
 export async function attachChildren(main: RunSystem, parent: string, children: ChildLinkSpec[], remote: RunSystem | null, signal?: AbortSignal): Promise<void> {
-  const url = main.nodes[0]!.url;
-  for (const c of children) {
-    let body: Record<string, unknown>;
-    if (c.kind === "remote") {
-      if (remote === null) throw new Error(`remote child ${c.topic} without a remote system`);
-      // Straight to the remote node (never through a proxy of the system under test).
-      body = { topic: c.topic, kind: "remote", url: remote.nodes[0]!.url, ...(remote.admin !== null ? { credentials: COPIER_USER } : {}) };
-    } else {
-      body = { topic: c.topic, kind: c.kind, ...(c.kind === "delay" ? { delay_ms: c.delayMs } : {}) };
+  await withClients([main.nodes[0]!.url], main.admin, async ([admin]) => {
+    for (const c of children) {
+      let child: AttachChildOptions;
+      if (c.kind === "remote") {
+        if (remote === null) throw new Error(`remote child ${c.topic} without a remote system`);
+        // Straight to the remote node (never through a proxy of the system under test).
+        child = { topic: c.topic, kind: "remote", url: remote.nodes[0]!.url, ...(remote.admin !== null ? { credentials: COPIER_USER } : {}) };
+      } else {
+        child = { topic: c.topic, kind: c.kind, ...(c.kind === "delay" && c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) };
+      }
+      await must(`attaching child ${c.topic} (${c.kind}) to ${parent}`, admin!.attachChild(parent, child));
     }
-    await must(`attaching child ${c.topic} (${c.kind}) to ${parent}`, call(url, "POST", `/v1/topics/${encodeURIComponent(parent)}/children`, main.admin, body), 201);
-  }
+  });
   const replicas = children.filter((c) => c.kind === "replica").map((c) => c.topic);
   if (replicas.length > 0) await waitTopicsServed(main, replicas, signal);
 }
@@ -193,10 +199,13 @@ const LAG_RE = /^narad_child_lag_messages\{([^}]*)\}\s+(\S+)/gm;
 export async function childLag(s: RunSystem, parent: string, children: string[]): Promise<Map<string, number>> {
   const lag = new Map<string, number>(children.map((c) => [c, 0]));
   const seen = new Set<string>();
-  for (const n of s.nodes) {
-    const a = await call(n.url, "GET", "/metrics", s.admin);
-    if (a.status !== 200) throw new Error(`GET /metrics of ${n.name}: ${a.status}`);
-    for (const m of a.text.matchAll(LAG_RE)) {
+  const texts = await withClients(s.nodes.map((n) => n.url), s.admin, async (clients) => {
+    const out: string[] = [];
+    for (const [i, c] of clients.entries()) out.push(await must(`GET /metrics of ${s.nodes[i]!.name}`, c.metrics()));
+    return out;
+  });
+  for (const text of texts) {
+    for (const m of text.matchAll(LAG_RE)) {
       const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1]!, x[2]!]));
       if (labels["parent"] !== parent || !lag.has(labels["child"]!)) continue;
       seen.add(labels["child"]!);
