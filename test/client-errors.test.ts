@@ -44,6 +44,24 @@ describe("SDK: what a recorder needs", () => {
     if (node) await removeDir(node.dataDir);
   });
 
+  test("nodes() and movePartition(): a single node lists itself owning every partition, and refuses a move (400)", async () => {
+    await client.createTopic({ name: "placed", partitions: 2 });
+    const nodes = await client.nodes();
+    assert.equal(nodes.length, 1);
+    assert.equal(nodes[0]!.id, node.nodeId);
+    assert.equal(nodes[0]!.state, "live");
+    assert.equal(nodes[0]!.advertiseUrl, null);
+    assert.deepEqual(nodes[0]!.partitions.filter((p) => p.topic === "placed"), [
+      { topic: "placed", partition: 0, epoch: 0 },
+      { topic: "placed", partition: 1, epoch: 0 },
+    ]);
+    const e = await rejection(client.movePartition("placed", 0, "n2"));
+    assert.ok(e instanceof NaradRequestError);
+    assert.equal(e.status, 400);
+    assert.equal(e.code, "invalid_argument");
+    assert.equal(e.definite, true);
+  });
+
   test("a produce result names the owner that stored it and its boot; a delivery names the same", async () => {
     const health = (await (await fetch(`${node.url}/healthz`)).json()) as { node: string; boot: string };
     await client.createTopic({ name: "owned", partitions: 1 });

@@ -31,6 +31,8 @@ export type {
   User,
   Grant,
   GrantAction,
+  ClusterNode,
+  PartitionMove,
 } from "./types.js";
 export { ERRORS, type ErrorCode, type BatchItemResult } from "../protocol/errors.js";
 export { LIMITS, DEFAULTS } from "../protocol/wire.js";

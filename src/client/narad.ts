@@ -59,10 +59,12 @@ import {
 import type {
   AckStatus,
   AttachChildOptions,
+  ClusterNode,
   CreateTopicOptions,
   Grant,
   GrantAction,
   NaradOptions,
+  PartitionMove,
   ProduceMessage,
   ProduceResult,
   Produced,
@@ -75,9 +77,21 @@ import type {
 } from "./types.js";
 
 type HeaderMap = Record<string, string>;
+
+/** GET /v1/nodes's entries on the wire (docs/api.md). */
+interface NodeJson {
+  id: string;
+  node_number: number;
+  advertise_url: string | null;
+  boot: string;
+  state: "live" | "down";
+  partitions: { topic: string; partition: number; epoch: number; moving_to?: string }[];
+}
 type Method = "GET" | "POST" | "PATCH" | "DELETE";
 
 const REQUEST_TIMEOUT_MS_DEFAULT = 30_000;
+/** How long movePartition waits for the move's answer: a move copies the partition's files. */
+const MOVE_TIMEOUT_MS = 15 * 60_000;
 const CONNECTIONS_DEFAULT = 64;
 /** Cached per-topic paths and visibility timeouts; past this many topics the caches start over. */
 const TOPIC_CACHE_MAX = 1024;
@@ -774,6 +788,34 @@ export class Narad {
   async metrics(): Promise<string> {
     const res = await this.#call("GET", `${this.#root}/metrics`, this.#hNone, undefined, "metrics");
     return res.body.text();
+  }
+
+  // ---------------------------------------------------------------- cluster
+
+  /** The nodes (GET /v1/nodes), each with its state and the partitions it owns that the caller may see. */
+  async nodes(): Promise<ClusterNode[]> {
+    const res = await this.#call("GET", `${this.#base}/nodes`, this.#hNone, undefined, "list nodes");
+    const body = (await res.body.json()) as { nodes: NodeJson[] };
+    return body.nodes.map((n) => ({
+      id: n.id,
+      nodeNumber: n.node_number,
+      advertiseUrl: n.advertise_url,
+      boot: n.boot,
+      state: n.state,
+      partitions: n.partitions.map((p) => (p.moving_to !== undefined ? { topic: p.topic, partition: p.partition, epoch: p.epoch, movingTo: p.moving_to } : { topic: p.topic, partition: p.partition, epoch: p.epoch })),
+    }));
+  }
+
+  /**
+   * Moves a partition to another node (admin) and resolves once it is copied and switched. A move
+   * copies the partition's files, so it may take minutes: the answer is awaited up to
+   * `timeoutMs` (default 15 minutes). 400 for an unknown node or on a single node, 409
+   * `move_conflict` while another move of it runs, 503 `node_down` if either node is down.
+   */
+  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number } = {}): Promise<PartitionMove> {
+    const path = `${this.#topicPath(topic)}/partitions/${partition}/move`;
+    const res = await this.#call("POST", path, this.#hJson, JSON.stringify({ to }), "move partition", opts.timeoutMs ?? MOVE_TIMEOUT_MS);
+    return (await res.body.json()) as PartitionMove;
   }
 
   // ---------------------------------------------------------------- users and grants (admin only)

@@ -135,3 +135,25 @@ export interface Grant {
   /** Exact topic name or prefix wildcard (`orders-*`); null for `admin`. */
   pattern: string | null;
 }
+
+/** A node of the cluster as GET /v1/nodes shows it (a single node shows itself, owning everything). */
+export interface ClusterNode {
+  id: string;
+  nodeNumber: number;
+  /** null on a single node. */
+  advertiseUrl: string | null;
+  boot: string;
+  state: "live" | "down";
+  /** The partitions it owns, of the topics the caller may see; `movingTo` while a move copies one away. */
+  partitions: { topic: string; partition: number; epoch: number; movingTo?: string }[];
+}
+
+/** A completed partition move (POST /v1/topics/{t}/partitions/{p}/move). */
+export interface PartitionMove {
+  topic: string;
+  partition: number;
+  from: string;
+  to: string;
+  /** The ownership epoch the new owner serves at. */
+  epoch: number;
+}
