@@ -20,6 +20,8 @@ export interface Expect {
   close?: boolean;
   /** How many answers the exchange must carry (default: exactly one unless `close`). */
   count?: number;
+  /** Any number of answers, each judged (a mutated request may turn into several). */
+  anyCount?: boolean;
   /** Answers to HEAD carry no body: only their status and headers are judged. */
   head?: boolean;
   /** Extra checks on the answers; returns what is wrong, or undefined. */
@@ -68,7 +70,7 @@ export function describeExpect(e: Expect): string {
 export function problem(ex: Exchange, e: Expect): string | undefined {
   if (ex.end === "deadline" && (e.count === undefined || ex.responses.length < e.count)) return `no answer and no close within the deadline (${describe(ex)})`;
   if (ex.responses.length === 0) return e.close ? undefined : `closed without an answer (${ex.end})`;
-  const want = e.count ?? 1;
+  const want = e.anyCount ? ex.responses.length : (e.count ?? 1);
   if (ex.responses.length !== want && !(e.close && ex.responses.length < want)) return `${ex.responses.length} answers, expected ${want}`;
   for (const r of ex.responses.slice(0, want)) {
     if (r.status < 400) {

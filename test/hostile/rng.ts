@@ -1,11 +1,14 @@
-// A small seeded PRNG (mulberry32) so a hostile run is reproducible: the same seed draws the same
+// Seeded draws so a hostile run is reproducible: the same seed draws the same
 // inputs in the same order. Each family gets its own stream (seed mixed with the family's name),
 // so adding a family or changing one does not shift the inputs of the others.
 
+import { Prng } from "../../src/verify/nemesis/prng.js";
+
+/** The nemesis's mulberry32 (src/verify/nemesis/prng.ts) with the draws the families need. */
 export class Rng {
-  private s: number;
+  private readonly p: Prng;
   constructor(seed: number) {
-    this.s = seed >>> 0;
+    this.p = new Prng(seed >>> 0);
   }
   /** A stream of its own for `name`, derived from `seed`. */
   static forFamily(seed: number, name: string): Rng {
@@ -15,15 +18,11 @@ export class Rng {
   }
   /** A float in [0, 1). */
   next(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let t = this.s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.p.next();
   }
   /** An integer in [lo, hi]. */
   int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
+    return lo + this.p.int(hi - lo + 1);
   }
   pick<T>(xs: readonly T[]): T {
     return xs[this.int(0, xs.length - 1)]!;

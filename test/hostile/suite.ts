@@ -59,8 +59,7 @@ export async function runSuite(opts: SuiteOptions): Promise<SuiteResult> {
     NARAD_HTTP_REQUEST_TIMEOUT_MS: String(settings.requestTimeoutMs),
   };
   const families = FAMILIES.filter((f) => opts.only === undefined || f.name.includes(opts.only));
-  const nodesOf = (f: Family) => (opts.long ? f.nodes : (f.shortNodes ?? f.nodes));
-  const wanted = new Set(families.flatMap(nodesOf));
+  const wanted = new Set(families.flatMap((f) => nodesOf(f, opts.long)));
   const targets = new Map<Target["name"], Target>();
   const tallies: Tally[] = [];
   const ledgers = new Map<Target["name"], Ledger>();
@@ -80,7 +79,7 @@ export async function runSuite(opts: SuiteOptions): Promise<SuiteResult> {
       for (let i = 0; i < 30; i++) await ctx.produce("hostile-baseline", `baseline-${i}-${"b".repeat(i * 37)}`);
     }
     for (const family of families) {
-      for (const name of nodesOf(family)) {
+      for (const name of nodesOf(family, opts.long)) {
         const target = targets.get(name)!;
         const ledger = ledgers.get(name)!;
         const tally = new Tally(family.name, name);
@@ -112,6 +111,11 @@ export async function runSuite(opts: SuiteOptions): Promise<SuiteResult> {
     }
   }
   return { seed: opts.seed, long: opts.long, tallies, wallMs: Date.now() - started, ledgerMessages: [...ledgers.values()].reduce((a, l) => a + l.count, 0) };
+}
+
+/** The nodes a family runs on in this form of the suite. */
+export function nodesOf(f: Family, long: boolean): Target["name"][] {
+  return long ? f.nodes : (f.shortNodes ?? f.nodes);
 }
 
 function alive(node: RunningNode): boolean {
