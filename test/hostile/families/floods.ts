@@ -41,7 +41,10 @@ export const floods: Family = {
                 resolve(r.response.status);
               }
             });
-            s.on("error", () => resolve(-2));
+            s.on("error", () => {
+              clearTimeout(timer);
+              resolve(-2);
+            });
           }),
         ),
       );
@@ -101,7 +104,12 @@ export const floods: Family = {
       else t.passed();
       // A produce wakes one waiting poll with the message.
       const ok = await ctx.produce(polls, "wakes a long poll");
-      const woke = await Promise.race([Promise.any(waiting.map((w) => w.answer.then((s) => (s === 200 ? s : Promise.reject(new Error(String(s))))))).catch(() => -1), new Promise<number>((r) => setTimeout(() => r(-4), 30_000))]);
+      let timer: NodeJS.Timeout | undefined;
+      const woke = await Promise.race([
+        Promise.any(waiting.map((w) => w.answer.then((s) => (s === 200 ? s : Promise.reject(new Error(String(s))))))).catch(() => -1),
+        new Promise<number>((r) => (timer = setTimeout(() => r(-4), 30_000))),
+      ]);
+      clearTimeout(timer);
       if (!ok || woke !== 200) t.wrongFound({ input: "a produce while the polls wait", expected: "one poll answers 200", got: `produce ${ok ? 202 : "refused"}, poll ${woke}` });
       else t.passed();
       for (const w of waiting) w.sock.destroy();
