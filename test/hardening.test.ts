@@ -50,6 +50,22 @@ describe("hardening, security on", () => {
     const late = await fetch(`${node.url}/metrics`, { headers: { authorization: basic("late", "late-Password-7") } });
     assert.equal(late.status, 200);
   });
+
+  test("/metrics names every topic to any user: a user sees only the series of topics it may see", async () => {
+    const json = { ...admin, "content-type": "application/json" };
+    for (const name of ["hidden-ledger", "mine-orders"]) {
+      assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: json, body: JSON.stringify({ name }) })).status, 201);
+      assert.equal((await fetch(`${node.url}/v1/topics/${name}/messages`, { method: "POST", headers: admin, body: "m" })).status, 202);
+    }
+    assert.equal((await fetch(`${node.url}/v1/users`, { method: "POST", headers: json, body: JSON.stringify({ name: "nosy", password: "nosy-Password-9" }) })).status, 201);
+    assert.equal((await fetch(`${node.url}/v1/users/nosy/grants`, { method: "POST", headers: json, body: JSON.stringify({ action: "consume", pattern: "mine-*" }) })).status, 201);
+    const nosy = await (await fetch(`${node.url}/metrics`, { headers: { authorization: basic("nosy", "nosy-Password-9") } })).text();
+    assert.doesNotMatch(nosy, /hidden-ledger/);
+    assert.match(nosy, /narad_produced_messages_total\{topic="mine-orders"\} 1/);
+    assert.match(nosy, /narad_refusals_total/, "series without a topic are still there");
+    const all = await (await fetch(`${node.url}/metrics`, { headers: admin })).text();
+    assert.match(all, /narad_produced_messages_total\{topic="hidden-ledger"\} 1/);
+  });
 });
 
 test("two processes can share one data directory: a second start on it is refused with one line naming the first, and a kill -9 frees it", async () => {
@@ -152,6 +168,18 @@ describe("hardening, answers that broke the error contract (a dev node, raw TCP)
     const big = parse(await raw(`GET /v1/topics HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`));
     assert.equal(big.status, 431);
     assert.equal(big.code, "header_fields_too_large");
+  });
+
+  test("a replay limit above 1 000 is read as 1 000, however many digits it has", async () => {
+    for (const limit of ["1001", "9999999999999999", "99999999999999999", "9".repeat(40)]) {
+      const r = await fetch(`${node.url}/v1/topics/edge/partitions/0/messages?offset=0&limit=${limit}`);
+      assert.equal(r.status, 200, limit);
+    }
+    for (const limit of ["0", "-1", "1e3", "ten"]) {
+      const r = await fetch(`${node.url}/v1/topics/edge/partitions/0/messages?offset=0&limit=${limit}`);
+      assert.equal(r.status, 400, limit);
+      assert.equal(((await r.json()) as { error: { code: string } }).error.code, "invalid_argument");
+    }
   });
 
   test("HEAD and OPTIONS on GET routes: HEAD is GET without a body, OPTIONS and every 405 carry Allow", async () => {

@@ -44,6 +44,14 @@ export function queryInt(q: URLSearchParams, name: string, dflt: number, min: nu
   return v;
 }
 
+/** A page size: any count of digits, read as at most `max` (a larger limit is not an error). */
+export function queryLimit(q: URLSearchParams, name: string, dflt: number, max: number): number {
+  const s = q.get(name);
+  if (s === null || s === "") return dflt;
+  if (!/^\d+$/.test(s) || /^0+$/.test(s)) throw new NaradError("invalid_argument", `${name} must be a positive integer (at most ${max} is used), not ${shown(s)}.`);
+  return s.length > 16 ? max : Math.min(Number(s), max);
+}
+
 export function asObject(v: unknown): Record<string, unknown> {
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new NaradError("invalid_argument", "The body must be a JSON object.");
   return v as Record<string, unknown>;

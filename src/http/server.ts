@@ -37,7 +37,7 @@ import { HEADERS } from "../protocol/wire.js";
 import { BodyTooLarge } from "./body.js";
 import { internalRouteKit, type HttpCluster } from "./cluster.js";
 import type { Params } from "./params.js";
-import { identify, sendError } from "./respond.js";
+import { head, identify, sendError } from "./respond.js";
 import { mountInternal, publicRoutes, type RouteDeps } from "./router.js";
 import { messageRoutes } from "./routes/messages.js";
 import { nodeRoutes } from "./routes/nodes.js";
@@ -88,7 +88,20 @@ export function createHttpListener(o: { headersTimeoutMs: number; requestTimeout
 
 /** Requests on a socket whose answers are not finished (for the pipelined-garbage rule above). */
 const PENDING = Symbol("narad.pendingAnswers");
-type Counted = Duplex & { [PENDING]?: number; naradCloseWhenIdle?: boolean };
+/** The socket's newest request and its answer. */
+const LAST = Symbol("narad.lastRequest");
+type Counted = Duplex & {
+  [PENDING]?: number;
+  [LAST]?: { req: IncomingMessage; res: ServerResponse };
+  /** End the connection once this few answers are still pending (set by a parse error). */
+  naradEndAt?: number;
+};
+
+/** Closes a connection once what was written to it reached the kernel. */
+function endAfterWrites(socket: Duplex): void {
+  socket.once("finish", () => socket.destroy());
+  socket.end();
+}
 
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const { service: svc, nodeId, bootId, cluster } = opts;
@@ -119,9 +132,10 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     inFlight++;
     const socket = req.socket as Counted;
     socket[PENDING] = (socket[PENDING] ?? 0) + 1;
+    socket[LAST] = { req, res };
     res.once("close", () => {
       inFlight--;
-      if (--socket[PENDING]! === 0 && socket.naradCloseWhenIdle === true) socket.end();
+      if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
       if (stopping && inFlight === 0) drained?.();
     });
     if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) {
@@ -134,12 +148,12 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       const allowed = METHODS.filter((m) => router.find(m, path) !== null);
       if (allowed.length === 0) return finishWithError(req, res, new NaradError("not_found", `No route ${req.method} ${path}; see docs/api.md.`));
       const allow = (allowed.includes("GET") ? [...allowed, "HEAD"] : allowed).concat("OPTIONS").join(", ");
-      res.setHeader("allow", allow);
       if (req.method === "OPTIONS") {
-        res.writeHead(204);
+        head(res, 204, ["allow", allow]);
         res.end();
         return;
       }
+      res.setHeader("allow", allow);
       return finishWithError(req, res, new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}; allowed: ${allow}.`));
     }
     try {
@@ -166,10 +180,22 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       socket.destroy();
       return;
     }
-    if ((socket[PENDING] ?? 0) > 0) {
+    const pending = socket[PENDING] ?? 0;
+    const last = socket[LAST];
+    if (pending > 0 && last !== undefined) {
+      if (!last.req.complete && pending === 1 && !last.res.headersSent) {
+        // The error is in the body of the one request in flight, which therefore never ran:
+        // it is that request's answer.
+        last.res.setHeader("connection", "close");
+        last.res.once("finish", () => socket.destroy());
+        sendError(last.res, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`));
+        return;
+      }
       // Earlier requests on this connection are still being answered: let them finish, then
-      // close without answering the garbage (see the note at the top).
-      socket.naradCloseWhenIdle = true;
+      // close without answering the garbage (see the note at the top). A request whose body the
+      // error broke off never completes, so it is not waited for.
+      socket.naradEndAt = last.req.complete ? 0 : 1;
+      if (pending === socket.naradEndAt) endAfterWrites(socket);
       return;
     }
     if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") answerRaw(socket, new NaradError("request_timeout"), "Request Timeout");

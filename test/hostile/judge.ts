@@ -117,7 +117,7 @@ export class Tally {
 
   /**
    * Judges one input. `known` names the open item the input exercises: an answer that shows it is
-   * counted as known, a right answer as fixed. Any 405 without Allow is the known "allow" item.
+   * counted as known, a right answer as fixed.
    */
   judge(input: Buffer | string, ex: Exchange, e: Expect, known?: KnownId): boolean {
     this.inputs++;
@@ -128,7 +128,7 @@ export class Tally {
       if (known !== undefined) this.fixed.set(known, (this.fixed.get(known) ?? 0) + 1);
       return true;
     }
-    const k: KnownId | undefined = known !== undefined && KNOWN[known].matches(ex) ? known : p === "405 without Allow" && KNOWN.allow.matches(ex) ? "allow" : undefined;
+    const k: KnownId | undefined = known !== undefined && KNOWN[known].matches(ex) ? known : undefined;
     if (k !== undefined) {
       const entry = this.known.get(k) ?? { count: 0 };
       entry.count++;

@@ -9,7 +9,7 @@ import type { Delivery, SettleAction } from "../../broker/broker.js";
 import { NaradError } from "../../protocol/errors.js";
 import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
 import { readBatch, readBody, readJson } from "../body.js";
-import { asObject, badExtend, checkKey, partitionParam, queryInt, settleAction, topicParam } from "../params.js";
+import { asObject, badExtend, checkKey, partitionParam, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
 import { abortOnClose, head, outcomeStatus, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
 import type { Ctx, RouteDeps } from "../router.js";
 
@@ -113,7 +113,7 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps): void {
     const topic = topicParam(p);
     const partition = partitionParam(p);
     const offset = queryInt(q, "offset", 0, 0, Number.MAX_SAFE_INTEGER);
-    const limit = Math.min(queryInt(q, "limit", LIMITS.replayLimitDefault, 1, Number.MAX_SAFE_INTEGER), LIMITS.replayLimitMax);
+    const limit = queryLimit(q, "limit", LIMITS.replayLimitDefault, LIMITS.replayLimitMax);
     const r = await svc.replay(topic, partition, offset, limit, ctx.req);
     if ("json" in r) {
       head(res, 200, ["content-type", "application/json", "content-length", String(r.json.length)]);

@@ -69,7 +69,7 @@ export const partial: Family = {
       const input = Buffer.concat([request("POST", `/v1/topics/${topic}/messages`, ctx.headers([["Content-Length", String(payload.length + 100)]])), payload]);
       const ex = await ctx.send(input, { deadlineMs: 60_000 });
       const late = ex.responses[0] !== undefined && ex.responses[0].atMs > setting + 5_000;
-      t.judge(input, ex, { errors: [408], check: () => (late ? `answered after ${ex.responses[0]!.atMs} ms, the setting is ${setting} ms` : undefined) }, "timeouts");
+      t.judge(input, ex, { errors: [408], check: () => (late ? `answered after ${ex.responses[0]!.atMs} ms, the setting is ${setting} ms` : undefined) });
     }
   },
 };
