@@ -14,7 +14,7 @@
 // Pure: RunData in, Report out.
 
 import { O_FAIL, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
-import { analyseFaults } from "./faults.js";
+import { analyseFaults, type FaultInfo } from "./faults.js";
 import { Findings } from "./findings.js";
 import { buildMeasures } from "./measures.js";
 import { PairIndex } from "./pair-index.js";
@@ -60,7 +60,66 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
 
   const measures = buildMeasures(run, options, faults, judgement.times, judgement.lagMs, judgement.lagSince, findings.anomalies);
   const perFault = judgement.redeliveries.perFault;
-  const faultSummaries: FaultSummary[] = faults.map((f, i) => {
+  const byFault = faults.map((f, i) => ({ op: idx(f.op), kind: f.kind, count: perFault[i]! })).filter((x) => x.count > 0);
+  const { verdict, reason } = verdictOf(findings, `${index.nPairs} pairs, ${faults.length} faults`);
+  const tally = judgement.redeliveries;
+
+  return {
+    format: "narad-check/1",
+    verdict,
+    reason,
+    history: { events: run.events, operations: ops.length, durationNs: run.lastTimeNs },
+    config: configReport(run, slackMs),
+    counts: {
+      operations: measures.operationCounts,
+      consumeEmpty: measures.consumeEmpty,
+      gone410: measures.gone410,
+      messages: run.msgs.size,
+      deliveries: index.deliveries,
+      pairs: { total: index.nPairs, ...judgement.pairs },
+    },
+    anomalies: findings.anomalies,
+    anomalyCounts: findings.anomalyCounts,
+    anomaliesOmitted: findings.anomaliesOmitted,
+    unknowns: findings.unknowns,
+    unknownCounts: findings.unknownCounts,
+    unknownsOmitted: findings.unknownsOmitted,
+    faults: summariseFaults(run, faults, measures.silenceMs, perFault),
+    redeliveries: {
+      total: tally.total,
+      byCause: tally.byCause,
+      byFault,
+      explainedDuplicates: tally.explainedDuplicates,
+      explainedDuplicatesTotal: tally.explainedDuplicatesTotal,
+      explainedRecopies: tally.explainedRecopies,
+      explainedRecopiesTotal: tally.explainedRecopiesTotal,
+    },
+    lag: measures.lag,
+    series: measures.series,
+    timeline: measures.timeline,
+    search: { stepsMax, capHits: judgement.capHits, stepsMostInOnePair: judgement.stepsMostInOnePair },
+  };
+}
+
+/** The config the run was judged by, and the slack. */
+function configReport(run: RunData, slackMs: number): Report["config"] {
+  const cfg = run.config;
+  const children: Report["config"]["children"] = {};
+  for (const [parent, list] of Object.entries(cfg.children ?? {})) {
+    children[parent] = list.map((c) => ({ topic: c.topic, kind: c.kind, delayMs: c.delay_ms ?? null }));
+  }
+  const topics: Report["config"]["topics"] = {};
+  for (const [name, tc] of Object.entries(cfg.topics)) {
+    topics[name] = { partitions: tc.partitions, visibilityTimeoutMs: tc.visibility_timeout_ms ?? cfg.visibility_timeout_ms };
+  }
+  return { ackFlushMs: cfg.ack_flush_ms, ackSyncMs: cfg.ack_sync_ms, visibilityTimeoutMs: cfg.visibility_timeout_ms, slackMs, topics, children };
+}
+
+/** One summary per fault: what it touched, how it ended, its evidence, the silence after it and the redeliveries it explains. */
+function summariseFaults(run: RunData, faults: readonly FaultInfo[], silenceMs: ReadonlyArray<number | null>, perFault: Int32Array): FaultSummary[] {
+  const ops = run.ops;
+  const idx = (op: number): number => ops.invIdx[op]!;
+  return faults.map((f, i) => {
     const fr = run.faults[f.fault]!;
     const o = ops.outcome[f.op]!;
     return {
@@ -76,66 +135,10 @@ export function judge(run: RunData, options: CheckOptions = {}): Report {
       evidenceOp: f.evidenceOp >= 0 ? idx(f.evidenceOp) : null,
       endOp: f.endOp >= 0 ? idx(f.endOp) : null,
       endNs: Number.isFinite(f.endNs) ? f.endNs : null,
-      silenceMs: measures.silenceMs[i] ?? null,
+      silenceMs: silenceMs[i] ?? null,
       redeliveries: perFault[i]!,
     };
   });
-  const byFault = faults.map((f, i) => ({ op: idx(f.op), kind: f.kind, count: perFault[i]! })).filter((x) => x.count > 0);
-
-  const { verdict, reason } = verdictOf(findings, `${index.nPairs} pairs, ${faults.length} faults`);
-  const cfg = run.config;
-  const childrenReport: Report["config"]["children"] = {};
-  for (const [parent, list] of Object.entries(cfg.children ?? {})) {
-    childrenReport[parent] = list.map((c) => ({ topic: c.topic, kind: c.kind, delayMs: c.delay_ms ?? null }));
-  }
-  const topicsReport: Report["config"]["topics"] = {};
-  for (const [name, tc] of Object.entries(cfg.topics)) {
-    topicsReport[name] = { partitions: tc.partitions, visibilityTimeoutMs: tc.visibility_timeout_ms ?? cfg.visibility_timeout_ms };
-  }
-  const tally = judgement.redeliveries;
-
-  return {
-    format: "narad-check/1",
-    verdict,
-    reason,
-    history: { events: run.events, operations: ops.length, durationNs: run.lastTimeNs },
-    config: {
-      ackFlushMs: cfg.ack_flush_ms,
-      ackSyncMs: cfg.ack_sync_ms,
-      visibilityTimeoutMs: cfg.visibility_timeout_ms,
-      slackMs,
-      topics: topicsReport,
-      children: childrenReport,
-    },
-    counts: {
-      operations: measures.operationCounts,
-      consumeEmpty: measures.consumeEmpty,
-      gone410: measures.gone410,
-      messages: run.msgs.size,
-      deliveries: index.deliveries,
-      pairs: { total: index.nPairs, ...judgement.pairs },
-    },
-    anomalies: findings.anomalies,
-    anomalyCounts: findings.anomalyCounts,
-    anomaliesOmitted: findings.anomaliesOmitted,
-    unknowns: findings.unknowns,
-    unknownCounts: findings.unknownCounts,
-    unknownsOmitted: findings.unknownsOmitted,
-    faults: faultSummaries,
-    redeliveries: {
-      total: tally.total,
-      byCause: tally.byCause,
-      byFault,
-      explainedDuplicates: tally.explainedDuplicates,
-      explainedDuplicatesTotal: tally.explainedDuplicatesTotal,
-      explainedRecopies: tally.explainedRecopies,
-      explainedRecopiesTotal: tally.explainedRecopiesTotal,
-    },
-    lag: measures.lag,
-    series: measures.series,
-    timeline: measures.timeline,
-    search: { stepsMax, capHits: judgement.capHits, stepsMostInOnePair: judgement.stepsMostInOnePair },
-  };
 }
 
 /** invalid on any anomaly, else unknown on any unknown, else valid; the reason counts them by name. */
