@@ -14,7 +14,7 @@ export function registerVerifyCommands(program: Command): Command {
     .option("--json <file>", "write the JSON report here")
     .option("--html <file>", "write the self-contained HTML report here")
     .action(async (history: string, opts: { json?: string; html?: string }) => {
-      const mod = (await import("../verify/checker/command.js")) as {
+      const mod = (await import("../verify/report/command.js")) as {
         runCheckCommand(args: { history: string; json?: string; html?: string }, out: NodeJS.WritableStream): Promise<number>;
       };
       process.exitCode = await mod.runCheckCommand({ history, json: opts.json, html: opts.html }, process.stdout);

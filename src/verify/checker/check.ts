@@ -8,7 +8,7 @@ import { stat } from "node:fs/promises";
 import { Collector } from "./collect.js";
 import { judge } from "./judge.js";
 import { scanHistory } from "./scan.js";
-import { LineSplitter, type HistorySource } from "../history/reader.js";
+import { HistoryParser, type HistorySource } from "../history/reader.js";
 import { HistoryFormatError, HistoryValidator, LineProblem } from "../history/validate.js";
 import type { CheckOptions, Report } from "./types.js";
 
@@ -31,9 +31,9 @@ export async function check(source: HistorySource, options: CheckOptions = {}): 
 /** Judges a history held in memory as text (JSON lines). */
 export function checkText(text: string, options: CheckOptions = {}): Report {
   const collector = new Collector();
-  const splitter = new LineSplitter((ev) => collector.add(ev));
-  splitter.push(text);
-  splitter.end();
+  const parser = new HistoryParser((ev) => collector.add(ev));
+  parser.push(text);
+  parser.end();
   return judge(collector.finish(), options);
 }
 

@@ -15,7 +15,7 @@
 
 import { Collector, F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, F_REPLAY, fnv1a, type Interner, O_FAIL, O_INFO, O_OK } from "./collect.js";
 import { open, type FileHandle } from "node:fs/promises";
-import { acceptLine, HistoryReadError, LINE_BYTES_MAX, sourceChunks, type HistorySource } from "../history/reader.js";
+import { acceptLine, HistoryReadError, LINE_BYTES_MAX, LineSplitter, sourceChunks, type HistorySource, type LineSink } from "../history/reader.js";
 import { HistoryFormatError, HistoryValidator, LineProblem } from "../history/validate.js";
 import type { EventType, OpName } from "../history/types.js";
 
@@ -91,7 +91,7 @@ function bytesAre(b: Buffer, start: number, len: number, text: string): boolean 
   return true;
 }
 
-export class FastScanner {
+export class FastScanner implements LineSink {
   private readonly collector: Collector;
   private readonly validator: HistoryValidator;
   private readonly processes: Interner;
@@ -683,18 +683,20 @@ export class FastScanner {
 export async function scanHistory(source: HistorySource, collector: Collector): Promise<{ lines: number; slowLines: number }> {
   const validator = new HistoryValidator();
   const scanner = new FastScanner(collector, validator);
+  const lines = new LineSplitter(scanner);
   const path = typeof source === "string" ? source : "path" in source && typeof source.path === "string" ? source.path : null;
-  const lineNo = path !== null ? await scanFile(path, scanner) : await scanChunks(sourceChunks(source), scanner);
+  if (path !== null) await scanFile(path, lines);
+  else for await (const piece of sourceChunks(source)) lines.push(typeof piece === "string" ? Buffer.from(piece, "utf8") : piece);
+  lines.end();
   if (validator.lines === 0) throw new HistoryFormatError(1, "empty history: the first line must be the config");
-  void lineNo;
   return { lines: validator.lines, slowLines: scanner.slowLines };
 }
 
 /**
- * Lines of a file through two reused buffers: one is scanned while the next read fills the other
+ * A file through two reused buffers: one is split and scanned while the next read fills the other
  * (fresh memory per chunk costs more than the parsing, and waiting on each read adds up).
  */
-async function scanFile(path: string, scanner: FastScanner): Promise<number> {
+async function scanFile(path: string, lines: LineSplitter): Promise<void> {
   let fh: FileHandle;
   try {
     fh = await open(path, "r");
@@ -710,8 +712,6 @@ async function scanFile(path: string, scanner: FastScanner): Promise<number> {
       },
     );
   const bufs = [Buffer.allocUnsafeSlow(SCAN_BUFFER_BYTES), Buffer.allocUnsafeSlow(SCAN_BUFFER_BYTES)];
-  let carry: Buffer | null = null;
-  let lineNo = 0;
   let position = 0;
   let cur = 0;
   let pending = read(bufs[0]!, 0);
@@ -723,70 +723,11 @@ async function scanFile(path: string, scanner: FastScanner): Promise<number> {
       const chunk = bufs[cur]!.subarray(0, n);
       cur = 1 - cur;
       pending = read(bufs[cur]!, position);
-      let pos = 0;
-      if (carry !== null) {
-        // Only the line that straddles two chunks is copied.
-        const nl = chunk.indexOf(0x0a);
-        if (nl < 0) {
-          carry = Buffer.concat([carry, chunk]);
-          if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
-          continue;
-        }
-        const joined = Buffer.concat([carry, chunk.subarray(0, nl)]);
-        carry = null;
-        scanner.line(joined, 0, joined.length, ++lineNo);
-        pos = nl + 1;
-      }
-      for (;;) {
-        const nl = chunk.indexOf(0x0a, pos);
-        if (nl < 0) break;
-        scanner.line(chunk, pos, nl, ++lineNo);
-        pos = nl + 1;
-      }
-      if (pos < n) {
-        carry = Buffer.from(chunk.subarray(pos));
-        if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
-      }
+      // The splitter copies the line left over at the end, so this buffer may be reused next.
+      lines.push(chunk);
     }
-    // A last line without a newline is accepted: a recorder killed mid-run leaves one.
-    if (carry !== null && carry.length > 0) scanner.line(carry, 0, carry.length, ++lineNo);
-    return lineNo;
   } finally {
     await pending.catch(() => 0);
     await fh.close();
   }
-}
-
-async function scanChunks(chunks: AsyncIterable<Buffer | string>, scanner: FastScanner): Promise<number> {
-  let carry: Buffer | null = null;
-  let lineNo = 0;
-  for await (const piece of chunks) {
-    const chunk = typeof piece === "string" ? Buffer.from(piece, "utf8") : piece;
-    let pos = 0;
-    if (carry !== null) {
-      // Only the line that straddles two chunks is copied, not the whole chunk.
-      const nl = chunk.indexOf(0x0a);
-      if (nl < 0) {
-        carry = Buffer.concat([carry, chunk]);
-        if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
-        continue;
-      }
-      const joined = Buffer.concat([carry, chunk.subarray(0, nl)]);
-      carry = null;
-      scanner.line(joined, 0, joined.length, ++lineNo);
-      pos = nl + 1;
-    }
-    for (;;) {
-      const nl = chunk.indexOf(0x0a, pos);
-      if (nl < 0) break;
-      scanner.line(chunk, pos, nl, ++lineNo);
-      pos = nl + 1;
-    }
-    if (pos < chunk.length) {
-      carry = Buffer.from(chunk.subarray(pos));
-      if (carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
-    }
-  }
-  if (carry !== null && carry.length > 0) scanner.line(carry, 0, carry.length, ++lineNo);
-  return lineNo;
 }

@@ -26,6 +26,7 @@
 
 import type { ConfigValue, EventType, OpName } from "../history/types.js";
 import { HistoryWriter } from "../history/writer.js";
+import { MinHeap } from "../../platform/heap.js";
 
 /**
  * Bugs the simulated broker can be given, to show the checker catching each (the model-level
@@ -135,11 +136,11 @@ interface Part {
   queueHead: number;
   /** Entries available again after a lease ended; served before the queue. */
   retry: Entry[];
-  /** Lease expiries, a min-heap of [expiryNs, entry]. */
-  leases: Array<[number, Entry]>;
+  /** Lease expiries by expiryNs (an entry whose expiry moved since is skipped when popped). */
+  leases: MinHeap<Entry>;
   leased: Set<Entry>;
-  /** Delay-child copies not yet visible, a min-heap by visibleAtNs. */
-  hidden: Array<[number, Entry]>;
+  /** Delay-child copies not yet visible, by visibleAtNs. */
+  hidden: MinHeap<Entry>;
 }
 
 interface Node {
@@ -153,83 +154,48 @@ interface Node {
   recentCopies: Array<[number, string]>;
 }
 
-function heapPush<T>(h: Array<[number, T]>, item: [number, T]): void {
-  h.push(item);
-  let i = h.length - 1;
-  while (i > 0) {
-    const p = (i - 1) >> 1;
-    if (h[p]![0] <= h[i]![0]) break;
-    [h[p], h[i]] = [h[i]!, h[p]!];
-    i = p;
-  }
-}
-
-function heapPop<T>(h: Array<[number, T]>): [number, T] | undefined {
-  if (h.length === 0) return undefined;
-  const top = h[0]!;
-  const last = h.pop()!;
-  if (h.length > 0) {
-    h[0] = last;
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < h.length && h[l]![0] < h[m]![0]) m = l;
-      if (r < h.length && h[r]![0] < h[m]![0]) m = r;
-      if (m === i) break;
-      [h[m], h[i]] = [h[i]!, h[m]!];
-      i = m;
-    }
-  }
-  return top;
-}
-
-/** Event queue of the simulation: callbacks ordered by (time, insertion). */
+/**
+ * Event queue of the simulation: callbacks ordered by (time, scheduling order), so a seed always
+ * plays the same run. The heap holds each distinct due time once, with the callbacks due then in
+ * the order they were scheduled (the heap alone breaks ties in no particular order).
+ */
 class Agenda {
-  private heap: Array<[number, number, () => void]> = [];
-  private seq = 0;
+  private readonly times = new MinHeap<DueAt>();
+  private readonly dueAt = new Map<number, DueAt>();
   nowNs = 0;
   at(timeNs: number, fn: () => void): void {
-    const h = this.heap;
-    h.push([timeNs, this.seq++, fn]);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      const a = h[p]!;
-      const b = h[i]!;
-      if (a[0] < b[0] || (a[0] === b[0] && a[1] < b[1])) break;
-      h[p] = b;
-      h[i] = a;
-      i = p;
+    let due = this.dueAt.get(timeNs);
+    if (due === undefined) {
+      due = { fns: [], next: 0 };
+      this.dueAt.set(timeNs, due);
+      this.times.push(timeNs, due);
     }
+    due.fns.push(fn);
   }
   /** Runs up to `steps` callbacks; false once nothing is left to run. */
   runSlice(steps: number): boolean {
-    const h = this.heap;
-    for (let n = 0; n < steps && h.length > 0; n++) {
-      const top = h[0]!;
-      const last = h.pop()!;
-      if (h.length > 0) {
-        h[0] = last;
-        let i = 0;
-        for (;;) {
-          const l = 2 * i + 1;
-          const r = l + 1;
-          let m = i;
-          const lt = (x: number, y: number): boolean => h[x]![0] < h[y]![0] || (h[x]![0] === h[y]![0] && h[x]![1] < h[y]![1]);
-          if (l < h.length && lt(l, m)) m = l;
-          if (r < h.length && lt(r, m)) m = r;
-          if (m === i) break;
-          [h[m], h[i]] = [h[i]!, h[m]!];
-          i = m;
-        }
+    const times = this.times;
+    for (let n = 0; n < steps && times.size > 0; n++) {
+      const timeNs = times.peekKey();
+      const due = times.peekValue()!;
+      const fn = due.fns[due.next++]!;
+      // Retire the time before running: a callback may schedule more at this very time (they
+      // run next, after this one) or earlier (they come out of the heap first).
+      if (due.next === due.fns.length) {
+        times.pop();
+        this.dueAt.delete(timeNs);
       }
-      this.nowNs = top[0];
-      top[2]();
+      this.nowNs = timeNs;
+      fn();
     }
-    return h.length > 0;
+    return times.size > 0;
   }
+}
+
+interface DueAt {
+  fns: Array<() => void>;
+  /** The next of `fns` to run. */
+  next: number;
 }
 
 /** A simulation in progress: run it in slices to let a file writer drain between them. */
@@ -322,9 +288,9 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       queue: [],
       queueHead: 0,
       retry: [],
-      leases: [],
+      leases: new MinHeap<Entry>(),
       leased: new Set<Entry>(),
-      hidden: [],
+      hidden: new MinHeap<Entry>(),
     }));
   });
   const unacked = new Array<number>(topicNames.length).fill(0);
@@ -351,12 +317,15 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
 
   /** Finds and leases an available, visible entry of a partition at time now. */
   const take = (p: Part, now: number): Entry | null => {
-    while (p.hidden.length > 0 && p.hidden[0]![0] <= now) {
-      const [, e] = heapPop(p.hidden)!;
+    while (p.hidden.peekKey() <= now) {
+      const e = p.hidden.peekValue()!;
+      p.hidden.pop();
       if (e.state === AVAILABLE) p.queue.push(e);
     }
-    while (p.leases.length > 0 && p.leases[0]![0] <= now) {
-      const [exp, e] = heapPop(p.leases)!;
+    while (p.leases.peekKey() <= now) {
+      const exp = p.leases.peekKey();
+      const e = p.leases.peekValue()!;
+      p.leases.pop();
       if (e.state === LEASED && e.expiryNs === exp) {
         if (bug === "early-lapse") bugTriggered++;
         makeAvailable(p, e);
@@ -399,7 +368,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       e.state = ACKED;
       return e;
     }
-    if (topic === DELAY) heapPush(p.hidden, [e.visibleAtNs, e]);
+    if (topic === DELAY) p.hidden.push(e.visibleAtNs, e);
     else p.queue.push(e);
     unacked[topic]!++;
     unackedTotal++;
@@ -516,7 +485,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
             }
           } else if (f === "extend") {
             e.expiryNs = agenda.nowNs + vtNsOf(e.topic);
-            heapPush(p.leases, [e.expiryNs, e]);
+            p.leases.push(e.expiryNs, e);
           } else {
             makeAvailable(p, e);
           }
@@ -598,7 +567,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         e.expiryNs = agenda.nowNs + (bug === "early-lapse" ? Math.round(vtNsOf(topic) / 3) : vtNsOf(topic));
         if (bug === "stale-handle") (e.handles ??= new Set()).add(handle);
         p.leased.add(e);
-        heapPush(p.leases, [e.expiryNs, e]);
+        p.leases.push(e.expiryNs, e);
         const bootSeq = node.bootSeq;
         const boot = node.boot;
         agenda.at(agenda.nowNs + lat(), () => {

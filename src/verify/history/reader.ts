@@ -1,16 +1,16 @@
 // The history reader: a chunked JSON-lines parser that validates as it goes.
 //
-// The file is read in 1 MiB chunks and split on newlines by hand (readline's per-line events cost
-// more than the parsing). Each line goes through JSON.parse and the HistoryValidator, and the first
-// bad line stops the read with a HistoryFormatError naming the line and the rule. Memory is one
-// chunk, one partial line (at most `lineBytesMax`) and the validator's per-process state.
+// The file is read in 1 MiB chunks and split on newlines by hand, as bytes (readline's per-line
+// events cost more than the parsing); the checker's fast scanner uses the same splitter. Each line
+// is decoded and goes through JSON.parse and the HistoryValidator, and the first bad line stops
+// the read with a HistoryFormatError naming the line and the rule. Memory is one chunk, one
+// partial line (at most LINE_BYTES_MAX) and the validator's per-process state.
 //
 // The checker has its own faster path (src/verify/checker/scan.ts) that reads the same bytes into
 // compact columns; it falls back to this validator for any line it does not handle, so both paths
 // accept and reject exactly the same histories, with the same messages.
 
 import { createReadStream } from "node:fs";
-import { StringDecoder } from "node:string_decoder";
 import { HistoryFormatError, HistoryValidator, LineProblem } from "./validate.js";
 import type { HistoryEvent } from "./types.js";
 
@@ -54,57 +54,92 @@ async function* fileChunks(path: string): AsyncGenerator<Buffer> {
   }
 }
 
+/** Receives the lines of a history, without their newline; the bytes are only valid during the call. */
+export interface LineSink {
+  line(bytes: Buffer, start: number, end: number, lineNo: number): void;
+}
+
 /**
- * Splits text into lines and validates each one. Synchronous, so tests and the async reader share
- * it; the caller feeds chunks with `push` and calls `end` once.
+ * The one JSON-lines splitter, for the reader and the checker's fast scanner: chunks of bytes in,
+ * lines out (numbered from 1). Only the line that straddles two chunks is copied, so a caller may
+ * reuse its chunk buffers once `push` returns. A partial line longer than LINE_BYTES_MAX stops the
+ * read; a last line without a newline is a line.
  */
 export class LineSplitter {
-  readonly validator = new HistoryValidator();
-  private carry = "";
+  private carry: Buffer | null = null;
   private lineNo = 0;
+  private readonly sink: LineSink;
+
+  constructor(sink: LineSink) {
+    this.sink = sink;
+  }
+
+  push(chunk: Buffer): void {
+    let pos = 0;
+    if (this.carry !== null) {
+      const nl = chunk.indexOf(0x0a);
+      if (nl < 0) {
+        this.carry = Buffer.concat([this.carry, chunk]);
+        this.checkCarry();
+        return;
+      }
+      const joined = Buffer.concat([this.carry, chunk.subarray(0, nl)]);
+      this.carry = null;
+      this.sink.line(joined, 0, joined.length, ++this.lineNo);
+      pos = nl + 1;
+    }
+    for (;;) {
+      const nl = chunk.indexOf(0x0a, pos);
+      if (nl < 0) break;
+      this.sink.line(chunk, pos, nl, ++this.lineNo);
+      pos = nl + 1;
+    }
+    if (pos < chunk.length) {
+      this.carry = Buffer.from(chunk.subarray(pos));
+      this.checkCarry();
+    }
+  }
+
+  /** Ends the input; returns the number of lines. */
+  end(): number {
+    // A last line without a newline is accepted: a recorder killed mid-run leaves one.
+    if (this.carry !== null && this.carry.length > 0) this.sink.line(this.carry, 0, this.carry.length, ++this.lineNo);
+    this.carry = null;
+    return this.lineNo;
+  }
+
+  private checkCarry(): void {
+    if (this.carry!.length > LINE_BYTES_MAX) throw new HistoryFormatError(this.lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
+  }
+}
+
+/**
+ * Parses and validates a history fed in chunks, line by line (JSON.parse and the validator), and
+ * hands each event on in order. Synchronous, so tests and the async reader share it; the caller
+ * feeds chunks with `push` and calls `end` once.
+ */
+export class HistoryParser implements LineSink {
+  readonly validator = new HistoryValidator();
+  private readonly lines = new LineSplitter(this);
   private readonly onEvent: (ev: HistoryEvent) => void;
 
   constructor(onEvent: (ev: HistoryEvent) => void) {
     this.onEvent = onEvent;
   }
 
-  push(text: string): void {
-    let start = 0;
-    let nl = text.indexOf("\n");
-    if (nl < 0) {
-      this.carry += text;
-      if (this.carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(this.lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
-      return;
-    }
-    if (this.carry.length > 0) {
-      this.line(this.carry + text.slice(0, nl));
-      this.carry = "";
-      start = nl + 1;
-      nl = text.indexOf("\n", start);
-    }
-    while (nl >= 0) {
-      this.line(text.slice(start, nl));
-      start = nl + 1;
-      nl = text.indexOf("\n", start);
-    }
-    this.carry = text.slice(start);
-    if (this.carry.length > LINE_BYTES_MAX) throw new HistoryFormatError(this.lineNo + 1, `line longer than ${LINE_BYTES_MAX} bytes`);
+  push(chunk: Buffer | string): void {
+    this.lines.push(typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk);
   }
 
   /** Ends the input; returns the number of lines. An empty history has no config and is malformed. */
   end(): number {
-    if (this.carry.length > 0) {
-      // A last line without a newline is accepted: a recorder killed mid-run leaves one.
-      this.line(this.carry);
-      this.carry = "";
-    }
+    this.lines.end();
     if (this.validator.lines === 0) throw new HistoryFormatError(1, "empty history: the first line must be the config");
     return this.validator.lines;
   }
 
-  private line(raw: string): void {
-    this.lineNo++;
-    this.onEvent(acceptLine(this.validator, raw, this.lineNo));
+  line(bytes: Buffer, start: number, end: number, lineNo: number): void {
+    this.onEvent(acceptLine(this.validator, bytes.toString("utf8", start, end), lineNo));
   }
 }
 
@@ -134,21 +169,16 @@ export function acceptLine(validator: HistoryValidator, raw: string, lineNo: num
  * HistoryFormatError for the first malformed line and a HistoryReadError when it cannot read.
  */
 export async function readHistory(source: HistorySource, onEvent: (ev: HistoryEvent) => void): Promise<number> {
-  const splitter = new LineSplitter(onEvent);
-  const decoder = new StringDecoder("utf8");
-  for await (const chunk of sourceChunks(source)) {
-    splitter.push(typeof chunk === "string" ? chunk : decoder.write(chunk));
-  }
-  const rest = decoder.end();
-  if (rest.length > 0) splitter.push(rest);
-  return splitter.end();
+  const parser = new HistoryParser(onEvent);
+  for await (const chunk of sourceChunks(source)) parser.push(chunk);
+  return parser.end();
 }
 
 /** Parses a history held in memory; for tests and small tools. */
 export function parseHistoryText(text: string): HistoryEvent[] {
   const events: HistoryEvent[] = [];
-  const splitter = new LineSplitter((ev) => events.push(ev));
-  splitter.push(text);
-  splitter.end();
+  const parser = new HistoryParser((ev) => events.push(ev));
+  parser.push(text);
+  parser.end();
   return events;
 }

@@ -1,16 +1,18 @@
 // `narad verify check HISTORY [--json FILE] [--html FILE]`: the command's body, for the CLI to
-// call. It prints the terminal summary to `out` and returns the exit code:
+// call: it reads and judges the history (the checker), then prints the terminal summary to `out`
+// and writes the reports asked for. It lives with the reports because it prints them: the report
+// room imports the checker, never the reverse. It returns the exit code:
 //   0 valid · 1 invalid · 2 unknown, or a malformed history (the line and the rule are printed)
 //   3 the history cannot be read, or a report cannot be written.
 
 import { writeFile } from "node:fs/promises";
-import { check } from "./check.js";
+import { check } from "../checker/check.js";
+import type { CheckOptions } from "../checker/types.js";
 import { HistoryReadError } from "../history/reader.js";
 import { HistoryFormatError } from "../history/validate.js";
-import { formatSummary } from "../report/terminal.js";
-import { renderJson } from "../report/json.js";
-import { renderHtml } from "../report/html.js";
-import type { CheckOptions } from "./types.js";
+import { formatSummary } from "./terminal.js";
+import { renderJson } from "./json.js";
+import { renderHtml } from "./html.js";
 
 export const EXIT_VALID = 0;
 export const EXIT_INVALID = 1;

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { runCheckCommand } from "./command.js";
-import { HistoryBuilder } from "./history-builder.js";
+import { HistoryBuilder } from "../checker/history-builder.js";
 
 async function run(args: Parameters<typeof runCheckCommand>[0]): Promise<{ code: number; out: string }> {
   const out = new PassThrough();
