@@ -63,18 +63,19 @@ test("password checker: right and wrong passwords on its own thread; a closed ch
  * on it (a timer is pending); real work (the password thread) is waited for in real time, up to a
  * deadline. Returns the manual milliseconds the attempt waited.
  */
-async function settle<T>(s: ManualScheduler, p: Promise<T>): Promise<{ ms: number; value?: T; error?: unknown }> {
+async function settle<T>(s: ManualScheduler, p: Promise<T>, stepMs = 100, idle: () => boolean = () => true): Promise<{ ms: number; value?: T; error?: unknown }> {
   let done: { value?: T; error?: unknown } | undefined;
   p.then((value) => (done = { value }), (error: unknown) => (done = { error }));
   let ms = 0;
   const deadline = Date.now() + 30_000;
   while (done === undefined) {
     if (Date.now() > deadline) throw new Error("the attempt never settled");
-    if (s.pending > 0) {
-      s.advance(100);
-      ms += 100;
-    }
+    // First let the attempt run as far as it can without time moving.
     await new Promise((r) => setTimeout(r, 1));
+    if (done === undefined && s.pending > 0 && idle()) {
+      s.advance(stepMs);
+      ms += stepMs;
+    }
   }
   return { ms, ...done };
 }
@@ -113,6 +114,42 @@ test("a targeted lockout: after 40 failed logins for one name, its right passwor
         assert.deepEqual(shared.value, { name: "alice", grants: [] });
         assert.ok(shared.ms <= AUTH_LIMITS.slowdownMaxMs + 100, `waited ${shared.ms} ms`);
       }
+    } finally {
+      await auth.close();
+    }
+  });
+});
+
+test("a burst of guesses after a quiet spell takes one slot each: the first is checked, the rest wait or are refused (the free slot was not taken)", async () => {
+  await withTempDir(async (dir) => {
+    const store = await UserStore.open(dir);
+    await store.addUser("dave", "dave-Password-1", Date.now());
+    const s = new ManualScheduler();
+    const checker = new PasswordChecker();
+    const auth = new Authenticator(store, s.clock, checker, s);
+    try {
+      for (let i = 0; i < AUTH_LIMITS.failuresFree; i++) await settle(s, auth.authenticate(basic("dave", `guess-${i}`), "10.0.0.7"));
+      s.advance(AUTH_LIMITS.slowdownMaxMs * 2); // the next slot is long past
+      // 30 at once: the first takes the free slot and is checked at once; each other one waits
+      // for a slot of its own or is refused, so none is checked alongside the first.
+      const t0 = s.clock.monoMs();
+      const attempts = Array.from({ length: 30 }, () =>
+        auth.authenticate(basic("dave", "burst"), "10.0.0.7").then(
+          () => ({ code: "ok", atMs: s.clock.monoMs() }),
+          (e: unknown) => ({ code: e instanceof NaradError ? e.code : String(e), atMs: s.clock.monoMs() }),
+        ),
+      );
+      // Manual time moves only while no password check runs, 10 ms at a time (a slot is 100 ms).
+      const outcomes = (await Promise.all(attempts.map((a) => settle(s, a, 10, () => checker.inFlight === 0)))).map((r) => r.value!);
+      assert.deepEqual(outcomes[0], { code: "unauthorized", atMs: t0 }, "the first took the free slot: checked with no wait");
+      const waited = outcomes.slice(1).filter((o) => o.code === "unauthorized");
+      const refused = outcomes.slice(1).filter((o) => o.code === "too_many_auth_attempts");
+      assert.equal(waited.length + refused.length, 29);
+      assert.ok(waited.length <= AUTH_LIMITS.waitingMax, `${waited.length} waited`);
+      // Each one that was checked waited for a slot of its own, after the first's.
+      const times = [outcomes[0]!, ...waited].map((o) => o.atMs).sort((a, b) => a - b);
+      assert.ok(times.slice(1).every((t) => t > t0), `checked at ${times.join(",")} after ${t0}`);
+      assert.equal(new Set(times).size, times.length, `one slot each: ${times.join(",")}`);
     } finally {
       await auth.close();
     }

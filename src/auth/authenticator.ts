@@ -119,14 +119,20 @@ export class Authenticator {
       this.failures.delete(key);
       return;
     }
+    const slotMs = Math.min(AUTH_LIMITS.slowdownBaseMs * 2 ** (f.failures - AUTH_LIMITS.failuresFree), AUTH_LIMITS.slowdownMaxMs);
     const waitMs = f.nextAllowedMs - now;
-    if (waitMs <= 0) return;
+    if (waitMs <= 0) {
+      // The slot is free now: take it, so the attempts that arrive with this one wait for theirs
+      // (returning without taking it let any number of concurrent guesses through together).
+      f.nextAllowedMs = now + slotMs;
+      return;
+    }
     if (f.waiting >= AUTH_LIMITS.waitingMax || waitMs > AUTH_LIMITS.slowdownMaxMs) {
       throw new NaradError("too_many_auth_attempts", undefined, { retryAfterS: Math.ceil(waitMs / 1000) });
     }
     f.waiting++;
     // One attempt per slot: the next one waits for the slot after this.
-    f.nextAllowedMs += Math.min(AUTH_LIMITS.slowdownBaseMs * 2 ** (f.failures - AUTH_LIMITS.failuresFree), AUTH_LIMITS.slowdownMaxMs);
+    f.nextAllowedMs += slotMs;
     await this.scheduler.sleep(waitMs);
     f.waiting--;
   }

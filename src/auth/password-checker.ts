@@ -62,20 +62,22 @@ export class PasswordChecker {
 
   private hash(password: string, salt_b64: string, n: number, r: number, p: number, keylen: number): Promise<Buffer> {
     const id = this.nextId++;
+    const w = this.thread();
+    // Held (ref'd) only while a check is in flight: an idle thread never keeps the process alive.
+    if (this.pending.size === 0) w.ref();
     const done = new Promise<Buffer>((resolve, reject) => this.pending.set(id, { resolve, reject }));
-    this.thread().postMessage({ id, password, salt_b64, n, r, p, keylen });
+    w.postMessage({ id, password, salt_b64, n, r, p, keylen });
     return done;
   }
 
   private thread(): Worker {
     if (this.worker !== undefined) return this.worker;
     const w = new Worker(new URL("./password-thread.js", import.meta.url));
-    // The thread never keeps the process alive on its own; a server is kept alive by its socket.
-    w.unref();
     w.on("message", (m: { id: number; hash_b64?: string; error?: string }) => {
       const p = this.pending.get(m.id);
       if (p === undefined) return;
       this.pending.delete(m.id);
+      if (this.pending.size === 0) w.unref();
       if (m.hash_b64 !== undefined) p.resolve(Buffer.from(m.hash_b64, "base64"));
       else p.reject(new Error(`password check failed: ${m.error}`));
     });
@@ -85,6 +87,9 @@ export class PasswordChecker {
     };
     w.on("error", lost);
     w.on("exit", (code) => lost(new Error(`the password thread exited (code ${code})`)));
+    // An idle thread never keeps the process alive (a server is kept alive by its socket). After
+    // the listeners: attaching a message listener refs the thread again.
+    w.unref();
     this.worker = w;
     return w;
   }
