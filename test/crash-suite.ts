@@ -43,78 +43,71 @@ async function replayAll(url: () => string, topic: string, partitions: number): 
 /** Loads still running: a test that failed mid-way must not leave its load on the next one. */
 const running = new Set<{ stop(): Promise<void> }>();
 
-/** Producers that keep going until stopped, recording every 202. */
-function producers(url: () => string, topic: string, concurrency: number) {
-  const acked = new Map<string, string>(); // payload -> "p/offset"
-  let stop = false;
-  let seq = 0;
-  const loops = Array.from({ length: concurrency }, async () => {
-    while (!stop) {
-      const payload = `m-${seq++}`;
-      try {
-        const r = await fetch(`${url()}/v1/topics/${topic}/messages`, { method: "POST", body: payload });
-        if (r.status === 202) {
-          const j = (await r.json()) as { partition: number; offset: number };
-          acked.set(payload, `${j.partition}/${j.offset}`);
-        } else await r.arrayBuffer();
-      } catch {
-        // The node died under us: this produce is ambiguous and is not counted.
-      }
-    }
+/** `concurrency` loops of `step` until stopped. */
+function loops(concurrency: number, step: () => Promise<void>): () => Promise<void> {
+  let stopped = false;
+  const all = Array.from({ length: concurrency }, async () => {
+    while (!stopped) await step();
   });
   const load = {
-    acked,
     async stop() {
-      stop = true;
-      await Promise.all(loops);
+      stopped = true;
+      await Promise.all(all);
       running.delete(load);
     },
   };
   running.add(load);
-  return load;
+  return load.stop;
+}
+
+/** Producers that keep going until stopped, recording every 202. */
+function producers(url: () => string, topic: string, concurrency: number) {
+  const acked = new Map<string, string>(); // payload -> "p/offset"
+  let seq = 0;
+  const stop = loops(concurrency, async () => {
+    const payload = `m-${seq++}`;
+    try {
+      const r = await fetch(`${url()}/v1/topics/${topic}/messages`, { method: "POST", body: payload });
+      if (r.status === 202) {
+        const j = (await r.json()) as { partition: number; offset: number };
+        acked.set(payload, `${j.partition}/${j.offset}`);
+      } else await r.arrayBuffer();
+    } catch {
+      // The node died under us: this produce is ambiguous and is not counted.
+    }
+  });
+  return { acked, stop };
 }
 
 /** Consumers that consume and ack until stopped, recording when each ack answered 204. */
 function ackers(url: () => string, topic: string, concurrency: number) {
   const ackedAt = new Map<string, number>(); // payload -> Date.now() when the 204 arrived
-  let stop = false;
-  const loops = Array.from({ length: concurrency }, async () => {
-    while (!stop) {
-      try {
-        // One node for the consume and its ack, as a client holding one connection would.
-        const at = url();
-        const r = await fetch(`${at}/v1/topics/${topic}/consume/batch?max_messages=20&wait_ms=200`, { method: "POST" });
-        if (r.status !== 200) {
-          await r.arrayBuffer();
-          continue;
-        }
-        const ms = ((await r.json()) as { messages: { receipt_handle: string; payload_base64: string }[] }).messages;
-        if (ms.length === 0) continue;
-        const a = await fetch(`${at}/v1/topics/${topic}/ack/batch`, {
-          method: "POST",
-          body: JSON.stringify({ receipt_handles: ms.map((m) => m.receipt_handle) }),
-          headers: { "content-type": "application/json" },
-        });
-        const now = Date.now();
-        const res = ((await a.json()) as { results: { status: number }[] }).results;
-        res.forEach((x, i) => {
-          if (x.status === 204) ackedAt.set(Buffer.from(ms[i]!.payload_base64, "base64").toString(), now);
-        });
-      } catch {
-        // Node gone: whatever was in flight is ambiguous.
+  const stop = loops(concurrency, async () => {
+    try {
+      // One node for the consume and its ack, as a client holding one connection would.
+      const at = url();
+      const r = await fetch(`${at}/v1/topics/${topic}/consume/batch?max_messages=20&wait_ms=200`, { method: "POST" });
+      if (r.status !== 200) {
+        await r.arrayBuffer();
+        return;
       }
+      const ms = ((await r.json()) as { messages: { receipt_handle: string; payload_base64: string }[] }).messages;
+      if (ms.length === 0) return;
+      const a = await fetch(`${at}/v1/topics/${topic}/ack/batch`, {
+        method: "POST",
+        body: JSON.stringify({ receipt_handles: ms.map((m) => m.receipt_handle) }),
+        headers: { "content-type": "application/json" },
+      });
+      const now = Date.now();
+      const res = ((await a.json()) as { results: { status: number }[] }).results;
+      res.forEach((x, i) => {
+        if (x.status === 204) ackedAt.set(Buffer.from(ms[i]!.payload_base64, "base64").toString(), now);
+      });
+    } catch {
+      // Node gone: whatever was in flight is ambiguous.
     }
   });
-  const load = {
-    ackedAt,
-    async stop() {
-      stop = true;
-      await Promise.all(loops);
-      running.delete(load);
-    },
-  };
-  running.add(load);
-  return load;
+  return { ackedAt, stop };
 }
 
 /**
