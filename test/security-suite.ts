@@ -19,12 +19,7 @@ const BOB_PW = "bob-Password-22";
 
 const basic = (user: string, pw: string) => `Basic ${Buffer.from(`${user}:${pw}`).toString("base64")}`;
 
-/**
- * `todo` names tests of this suite that a known bug makes fail on this deployment, with the bug:
- * they still run and report (node:test's todo), without failing the run.
- */
-export function defineSecuritySuite(name: string, deploy: Deploy, o: { todo?: Record<string, string> } = {}): void {
-  const title = (t: string) => [t, { todo: o.todo?.[t] ?? false }] as const;
+export function defineSecuritySuite(name: string, deploy: Deploy): void {
   describe(`security: ${name}`, () => {
     let d: Deployment;
     let turn = 0;
@@ -178,11 +173,12 @@ export function defineSecuritySuite(name: string, deploy: Deploy, o: { todo?: Re
       assert.deepEqual(await everywhere(alice, "PATCH", "/v1/users/admin", { password: "hijacked-pw" }), each(403));
     });
 
-    test(...title("repeated failures for one user are slowed down, and the waiting ones bounded"), async () => {
+    test("repeated failures for one user are slowed down, and the waiting ones bounded", async () => {
       assert.equal((await admin("POST", "/v1/users", { name: "dave", password: "dave-Password-1" })).status, 201);
       const wrong = as("dave", "not-the-password");
-      // Each node counts the failures it sees (src/auth/authenticator.ts), so the guesses go
-      // through one node at a time: the same answers through every node.
+      // Each node counts the failures it sees, per user and client address
+      // (src/auth/authenticator.ts), so the guesses go through one node at a time: the same
+      // answers through every node.
       for (const url of d.urls) {
         for (let i = 0; i < 5; i++) assert.equal((await wrong("GET", "/v1/topics", undefined, false, url)).status, 401);
         const statuses = await Promise.all(Array.from({ length: 30 }, () => wrong("GET", "/v1/topics", undefined, false, url).then((r) => r.status)));
