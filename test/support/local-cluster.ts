@@ -100,11 +100,14 @@ export class LocalNode {
     return this.out;
   }
 
-  /** Starts the process and waits for its ready line. */
-  async start(): Promise<void> {
+  /**
+   * Starts the process and waits for its ready line. `env` is added to the node's environment for
+   * this start only (a restart in a test-only mode, say); the next start goes back to the node's own.
+   */
+  async start(o: { env?: Record<string, string> } = {}): Promise<void> {
     if (this.running) throw new Error(`node ${this.id} is running already`);
     const proc = spawn(process.execPath, [NARAD_BIN, "server", "start", ...this.argsFor(this.port)], {
-      env: { ...process.env, NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn", ...this.env },
+      env: { ...process.env, NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn", ...this.env, ...o.env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     this.proc = proc;
