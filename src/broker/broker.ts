@@ -380,7 +380,7 @@ export class Broker {
       t,
       items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
     );
-    if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // stored anyway: a seeded fault
+    if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
     this.metrics.produced.inc({ topic: topicName }, items.length);
     return results;
   }
