@@ -155,12 +155,7 @@ export class PartitionCopier {
   readonly topic: string;
   readonly partition: Partition;
   readonly cursors: CopyCursors;
-  private readonly links: () => readonly ChildLink[];
-  private readonly sink: CopySink;
-  private readonly clock: Clock;
-  private readonly scheduler: Scheduler;
   private readonly log: Logger;
-  private readonly faults: BrokerFaults;
   private running = false;
   private again = false;
   private timer: Timer | undefined;
@@ -172,24 +167,19 @@ export class PartitionCopier {
   /** The copy round running now, so close() can wait for it. */
   private inFlight: Promise<void> = Promise.resolve();
 
-  constructor(o: CopierOptions) {
+  constructor(private readonly o: CopierOptions) {
     this.topic = o.topic;
     this.partition = o.partition;
     this.cursors = o.cursors;
-    this.links = o.links;
-    this.sink = o.sink;
-    this.clock = o.clock;
-    this.scheduler = o.scheduler;
     this.log = o.logger;
-    this.faults = o.faults;
     this.lastSynced = o.partition.log.syncedOffset;
   }
 
   /** Per child: copies made since start, lag in messages, and failures. */
   stats(): { child: string; kind: ChildKind; copied: number; lagMessages: number; lagSeconds: number; failures: number }[] {
     const synced = this.partition.log.syncedOffset;
-    const now = this.clock.nowMs();
-    return this.links().map((l) => {
+    const now = this.o.clock.nowMs();
+    return this.o.links().map((l) => {
       const s = this.state.get(l.topic);
       const cur = this.cursors.get(l.topic) ?? synced;
       const lagMessages = Math.max(0, synced - Math.max(cur, this.partition.log.earliestOffset));
@@ -210,7 +200,7 @@ export class PartitionCopier {
     if (this.closed) return;
     const synced = this.partition.log.syncedOffset;
     if (synced > this.lastSynced) {
-      this.checkpoints.push({ below: synced, atMono: this.clock.monoMs() });
+      this.checkpoints.push({ below: synced, atMono: this.o.clock.monoMs() });
       if (this.checkpoints.length > CHECKPOINTS_MAX) this.checkpoints.splice(0, this.checkpoints.length - CHECKPOINTS_MAX);
       this.lastSynced = synced;
     }
@@ -230,22 +220,22 @@ export class PartitionCopier {
 
   /** How long until the delay copy of `r` is due (0 or less: now). */
   private dueInMs(r: StoredRecord, delayMs: number): number {
-    for (const c of this.checkpoints) if (r.offset < c.below) return c.atMono + delayMs - this.clock.monoMs();
-    return r.producedAtMs + this.faults.preBootCommitMarginMs(PRE_BOOT_COMMIT_MARGIN_MS) + delayMs - this.clock.nowMs();
+    for (const c of this.checkpoints) if (r.offset < c.below) return c.atMono + delayMs - this.o.clock.monoMs();
+    return r.producedAtMs + this.o.faults.preBootCommitMarginMs(PRE_BOOT_COMMIT_MARGIN_MS) + delayMs - this.o.clock.nowMs();
   }
 
   private schedule(delayMs: number): void {
     if (this.closed) return;
     const at = Math.max(1, Math.ceil(delayMs));
     this.timer?.cancel();
-    this.timer = this.scheduler.after(at, () => {
+    this.timer = this.o.scheduler.after(at, () => {
       this.timer = undefined;
       this.kick();
     });
   }
 
   private async run(): Promise<void> {
-    const links = this.links();
+    const links = this.o.links();
     if (links.length === 0) return;
     const log = this.partition.log;
     let nextWakeMs = Infinity;
@@ -257,7 +247,7 @@ export class PartitionCopier {
         st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined, stored: new Set(this.cursors.stored(link.topic)) };
         this.state.set(link.topic, st);
       }
-      const now = this.clock.monoMs();
+      const now = this.o.clock.monoMs();
       if (st.retryAtMono > now) {
         nextWakeMs = Math.min(nextWakeMs, st.retryAtMono - now);
         continue;
@@ -289,10 +279,10 @@ export class PartitionCopier {
         if (due.length > 0) {
           const send = st.stored.size === 0 ? due : due.filter((r) => !st.stored.has(r.offset));
           try {
-            if (send.length > 0) await this.sink(link, send);
+            if (send.length > 0) await this.o.sink(link, send);
           } catch (e) {
             st.failures++;
-            if (this.faults.copyFailed() === "skip") {
+            if (this.o.faults.copyFailed() === "skip") {
               this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1);
               break;
             }
@@ -308,7 +298,7 @@ export class PartitionCopier {
               }
             }
             st.backoffMs = Math.min(Math.max(100, st.backoffMs * 2), REMOTE_BACKOFF_MAX_MS);
-            st.retryAtMono = this.clock.monoMs() + st.backoffMs;
+            st.retryAtMono = this.o.clock.monoMs() + st.backoffMs;
             nextWakeMs = Math.min(nextWakeMs, st.backoffMs);
             this.log.warn({ child: link.topic, kind: link.kind, err: (e as Error).message, retryInMs: st.backoffMs }, "copy to child failed; retrying");
             break;
@@ -327,7 +317,7 @@ export class PartitionCopier {
       }
     }
     if (nextWakeMs < Infinity) this.schedule(nextWakeMs);
-    else if (this.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
+    else if (this.o.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
   }
 
   /** Resolves when the copy round running now (if any) has ended. */
