@@ -226,7 +226,7 @@ export class Ownership {
       } else {
         if (this.incoming.has(key)) continue;
         if (this.frozen.has(key)) this.unfreeze(key); // the move completed: the new owner has the copy
-        // Moved away (or a stale copy left behind): the files go. closeClusterPartition also
+        // Moved away (or a stale copy left behind): the files go. closePartition also
         // removes a directory of a partition that is not open here.
         if (open !== undefined || (await broker.hasPartitionFiles(name, ct.incarnation, p.partition))) {
           await broker.closePartition(name, p.partition, true);
