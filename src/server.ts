@@ -15,7 +15,8 @@ import { pino, type Logger } from "pino";
 import { Broker, type BrokerOptions } from "./broker/broker.js";
 import { IdentityError, loadIdentity, NODE_ID_RE } from "./broker/identity.js";
 import { LocalService } from "./broker/service.js";
-import { TestBugs, TEST_BUGS } from "./broker/test-bugs.js";
+import { parseSeededBugs, SEEDED_BUGS, seededFaults } from "./broker/seeded-bugs.js";
+import { SdkRemoteSink } from "./remote-children.js";
 import { createHttpListener, createHttpServer, type NaradHttpServer } from "./http/server.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { UserStore } from "./auth/store.js";
@@ -31,6 +32,7 @@ import { clusterToken } from "./cluster/wire.js";
 import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./platform/clock.js";
 import { DataDirLockedError, lockDataDir, type DataDirLock } from "./platform/data-dir-lock.js";
+import { systemScheduler } from "./platform/scheduler.js";
 import type { ConfigValues } from "./config.js";
 
 /** A problem the operator must fix: printed as one line, exit non-zero. */
@@ -69,8 +71,12 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   if (controlPlaneUrl !== undefined && advertiseWanted === undefined && (host === "0.0.0.0" || host === "::")) {
     throw new StartupError("--listen on every address needs --advertise: the URL other nodes use to reach this one");
   }
-  const bugs = TestBugs.parse(env.NARAD_TEST_BUGS);
+  const bugs = parseSeededBugs(env.NARAD_TEST_BUGS);
   if (typeof bugs === "string") throw new StartupError(`NARAD_TEST_BUGS: ${bugs}`);
+  // Seeded bugs are for calibrating the checker: a node for real data never runs one.
+  if (bugs.length > 0 && !dev && env.NARAD_TEST_MODE !== "1") {
+    throw new StartupError("NARAD_TEST_BUGS plants bugs for calibrating the checker; it is refused unless the node runs with --dev or NARAD_TEST_MODE=1");
+  }
   const powerLoss = env.NARAD_TEST_POWER_LOSS === "1";
 
   const dataDir = resolve((cfg.data_dir as string | undefined) ?? (dev ? ".narad" : "narad-data"));
@@ -100,11 +106,12 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   }
   const log = logger.child({ node: identity.nodeId, boot: identity.bootId });
   if (powerLoss) log.warn("TEST-ONLY POWER-LOSS MODE IS ON (NARAD_TEST_POWER_LOSS=1): unsynced bytes are kept in process memory");
-  for (const b of bugs.names) log.warn({ bug: b, what: TEST_BUGS[b as keyof typeof TEST_BUGS] }, "TEST-ONLY SEEDED BUG IS ON (NARAD_TEST_BUGS)");
+  for (const b of bugs) log.warn({ bug: b, what: SEEDED_BUGS[b] }, "TEST-ONLY SEEDED BUG IS ON (NARAD_TEST_BUGS)");
 
   const brokerOptions: BrokerOptions = {
     dataDir,
     clock: systemClock,
+    scheduler: systemScheduler,
     logger: log,
     nodeId: identity.nodeId,
     bootId: identity.bootId,
@@ -114,16 +121,16 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     segmentBytesMax: cfg["storage.segment_bytes"] as number,
     segmentAgeMaxMs: cfg["storage.segment_ms"] as number,
     ackFlushIntervalMs: cfg["storage.ack_flush_interval_ms"] as number,
-    ackSyncIntervalMs: cfg["storage.consumer_offset_commit_interval_ms"] as number,
+    consumerOffsetCommitIntervalMs: cfg["storage.consumer_offset_commit_interval_ms"] as number,
     housekeepingIntervalMs: cfg["storage.housekeeping_interval_ms"] as number,
     powerLoss,
     pendingSyncBytesMax: cfg["limits.pending_sync_bytes"] as number,
-    waitersMax: cfg["limits.long_polls"] as number,
+    longPollsMax: cfg["limits.long_polls"] as number,
     consumeBytesMax: cfg["limits.consume_bytes"] as number,
     defaultPartitions: cfg["topic_defaults.partitions"] as number,
     defaultVisibilityTimeoutMs: cfg["topic_defaults.visibility_timeout_ms"] as number,
     defaultRetentionMs: cfg["topic_defaults.retention_ms"] as number,
-    bugs,
+    faults: seededFaults(bugs),
   };
   const httpCommon = {
     logger: log,
@@ -148,7 +155,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
     }
     if (!dev) await bootstrapAdmin(users, env, log);
-    const broker = await Broker.open(brokerOptions);
+    const broker = await Broker.open({ ...brokerOptions, remote: new SdkRemoteSink() });
     const http = createHttpServer({
       ...httpCommon,
       service: new LocalService(broker),
@@ -203,6 +210,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     const users: UserStoreApi = new ClusterUsers(cp, (t) => service?.barrier(t) ?? Promise.resolve());
     broker = await Broker.open({
       ...brokerOptions,
+      remote: new SdkRemoteSink(),
       nodeNum: cp.nodeNumber,
       secret: cp.clusterSecret,
       cluster: {

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { mkdir, writeFile, readdir, appendFile } from "node:fs/promises";
 import { join } from "node:path";
-import { removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
+import { removeDir, runNarad, startNode, tempDir, waitFor, type RunningNode } from "./harness.js";
 
 const cleanup: (() => Promise<unknown>)[] = [];
 after(async () => {
@@ -103,6 +103,32 @@ describe("server start", () => {
     const short = await runNarad(["server", "start", "--data-dir", dir, "--listen", "127.0.0.1:0"], { env: { NARAD_ADMIN_PASSWORD: "short" } });
     assert.notEqual(short.code, 0);
     assert.match(oneLine(short.stderr), /NARAD_ADMIN_PASSWORD: password must be 8/);
+  });
+
+  test("seeded bugs (NARAD_TEST_BUGS) are refused with one line unless --dev or NARAD_TEST_MODE=1", async () => {
+    const dir = await tempDir();
+    cleanup.push(() => removeDir(dir));
+    const secure = { NARAD_ADMIN_PASSWORD: "a-long-password" };
+    const listen = ["--listen", "127.0.0.1:0"];
+    // The exit code of another start refusal, for comparison.
+    const other = await runNarad(["server", "start", "--data-dir", dir, "--listen", "nonsense"], { env: secure });
+    const r = await runNarad(["server", "start", "--data-dir", dir, ...listen], { env: { ...secure, NARAD_TEST_BUGS: "early-lapse" } });
+    assert.notEqual(r.code, 0);
+    assert.equal(r.code, other.code, "the same exit code as other start refusals");
+    assert.match(oneLine(r.stderr), /NARAD_TEST_BUGS .*refused unless .*--dev or NARAD_TEST_MODE=1/);
+    const notOne = await runNarad(["server", "start", "--data-dir", dir, ...listen], { env: { ...secure, NARAD_TEST_BUGS: "early-lapse", NARAD_TEST_MODE: "0" } });
+    assert.equal(notOne.code, other.code, "NARAD_TEST_MODE must be exactly 1");
+    // An empty list is no bug: a production start is not refused for it.
+    const empty = await node({ dev: false, env: { ...secure, NARAD_TEST_BUGS: "" } });
+    assert.equal((await fetch(`${empty.url}/healthz`)).status, 200);
+    assert.doesNotMatch(empty.output(), /SEEDED BUG/);
+    // With the test flag the node starts, and says loudly which bug is on.
+    const flagged = await node({ dev: false, env: { ...secure, NARAD_TEST_BUGS: "early-lapse", NARAD_TEST_MODE: "1" } });
+    assert.equal((await fetch(`${flagged.url}/healthz`)).status, 200);
+    await waitFor(() => /TEST-ONLY SEEDED BUG IS ON/.test(flagged.output()) && /early-lapse/.test(flagged.output()), { what: "the seeded-bug warning" });
+    // --dev alone is enough (a local node: nothing to protect).
+    const dev = await node({ env: { NARAD_TEST_BUGS: "early-lapse" } });
+    assert.equal((await fetch(`${dev.url}/healthz`)).status, 200);
   });
 
   test("corrupt files in the data dir: the node starts, reports them, and serves what is sound", async () => {

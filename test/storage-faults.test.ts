@@ -18,7 +18,6 @@ import { pino } from "pino";
 import { Broker, type BrokerOptions } from "../src/broker/broker.js";
 import { loadIdentity } from "../src/broker/identity.js";
 import { LocalService } from "../src/broker/service.js";
-import { TestBugs } from "../src/broker/test-bugs.js";
 import { createHttpServer } from "../src/http/server.js";
 import { UserStore } from "../src/auth/store.js";
 import { ERRORS } from "../src/protocol/errors.js";
@@ -34,8 +33,6 @@ interface Node {
 async function startNode(dataDir: string, storageFs: StorageFs | undefined): Promise<Node> {
   const logger = pino({ level: "silent" });
   const identity = await loadIdentity(dataDir, undefined);
-  const bugs = TestBugs.parse(undefined);
-  assert.ok(typeof bugs !== "string");
   const opts: BrokerOptions = {
     dataDir,
     clock: systemClock,
@@ -48,16 +45,15 @@ async function startNode(dataDir: string, storageFs: StorageFs | undefined): Pro
     segmentBytesMax: 64 * 1024 * 1024,
     segmentAgeMaxMs: 3600_000,
     ackFlushIntervalMs: 100,
-    ackSyncIntervalMs: 1000,
+    consumerOffsetCommitIntervalMs: 1000,
     housekeepingIntervalMs: 1000,
     powerLoss: false,
     pendingSyncBytesMax: 64 * 1024 * 1024,
-    waitersMax: 1000,
+    longPollsMax: 1000,
     consumeBytesMax: 8 * 1024 * 1024,
     defaultPartitions: 1,
     defaultVisibilityTimeoutMs: 30_000,
     defaultRetentionMs: 7 * 24 * 3600_000,
-    bugs,
     storageFs,
   };
   const broker = await Broker.open(opts);

@@ -11,7 +11,8 @@ import type { PartitionLog } from "../storage/types.js";
 import { captureLogger, logOptions, TestClock, withTempDir } from "../../test/support/storage.js";
 import { CopyPartlyStored, PartitionCopier, type ChildLink, type CopySink } from "./children.js";
 import { Partition } from "./partition.js";
-import { TestBugs } from "./test-bugs.js";
+import { NO_FAULTS } from "./faults.js";
+import { systemScheduler } from "../platform/scheduler.js";
 
 const NEVER_MS = 100_000_000;
 
@@ -28,7 +29,7 @@ async function withCopier(
     const acks = await openAckLog(join(dir, "acks"), { clock, logger, ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false });
     const cursors = CursorFile.open(join(dir, "cursors"), { ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false, logger });
     for (const l of links) cursors.advance(l.topic, 0);
-    const copier = new PartitionCopier("t", new Partition(0, log, acks), cursors, () => links, sink, clock, logger, new TestBugs([]));
+    const copier = new PartitionCopier({ topic: "t", partition: new Partition(0, log, acks), cursors: cursors, links: () => links, sink: sink, clock, scheduler: systemScheduler, logger, faults: NO_FAULTS });
     try {
       await fn({ copier, log, cursors, clock });
     } finally {
@@ -117,7 +118,7 @@ test("after a graceful stop the copier still knows which records of a batch were
         pushes.push(rs.map((r) => r.offset));
         throw new CopyPartlyStored(rs.map((r) => r.offset).filter((o) => o % 2 === 0), new Error("502"));
       };
-      const before = new PartitionCopier("t", new Partition(0, log, acks), first, () => links, partly, clock, logger, new TestBugs([]));
+      const before = new PartitionCopier({ topic: "t", partition: new Partition(0, log, acks), cursors: first, links: () => links, sink: partly, clock, scheduler: systemScheduler, logger, faults: NO_FAULTS });
       await log.append([0, 1, 2, 3].map((i) => ({ key: null, payload: Buffer.from(`m${i}`) })), clock.nowMs()).durable;
       before.kick();
       await before.settled();
@@ -128,7 +129,7 @@ test("after a graceful stop the copier still knows which records of a batch were
       assert.equal(second.get("r"), 0);
       assert.deepEqual([...second.stored("r")].sort(), [0, 2]);
       const ok: CopySink = async (_l, rs) => void pushes.push(rs.map((r) => r.offset));
-      const after = new PartitionCopier("t", new Partition(0, log, acks), second, () => links, ok, clock, logger, new TestBugs([]));
+      const after = new PartitionCopier({ topic: "t", partition: new Partition(0, log, acks), cursors: second, links: () => links, sink: ok, clock, scheduler: systemScheduler, logger, faults: NO_FAULTS });
       after.kick();
       await after.settled();
       assert.deepEqual(pushes.slice(2), [[1, 3]], "only the records not stored before the stop");

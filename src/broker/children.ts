@@ -27,14 +27,18 @@
 //
 // Limits: a copier reads at most COPY_BATCH_RECORDS / COPY_BATCH_BYTES a round, so the offsets
 // kept per child as stored are at most one batch's; remote pushes back off exponentially from
-// 100 ms to REMOTE_BACKOFF_MAX_MS while the other cluster is down.
+// 100 ms to REMOTE_BACKOFF_MAX_MS while the other cluster is down. The one timer of a copier (its
+// next retry or delay copy) goes through the Scheduler it is handed, so a test can drive it.
+//
+// Remote children are reached through a RemoteSink (below) that the wiring hands in: the broker
+// does not import the SDK (docs/architecture.md, the rooms matrix).
 
 import type { Logger } from "pino";
-import type { CursorFile } from "../storage/cursor-file.js";
 import type { Clock } from "../platform/clock.js";
+import type { Scheduler, Timer } from "../platform/scheduler.js";
 import type { StoredRecord } from "../storage/types.js";
+import type { BrokerFaults } from "./faults.js";
 import type { Partition } from "./partition.js";
-import type { TestBugs } from "./test-bugs.js";
 
 export const COPY_BATCH_RECORDS = 1000;
 export const COPY_BATCH_BYTES = 4 * 1024 * 1024;
@@ -62,6 +66,56 @@ export interface ChildLink {
  */
 export type CopySink = (link: ChildLink, records: StoredRecord[]) => Promise<void>;
 
+/**
+ * The copy cursors of one parent partition, as the copier uses them: src/storage/cursor-file.ts
+ * (CursorFile) is the implementation; a seeded bug may wrap it (./seeded-bugs.ts).
+ */
+export interface CopyCursors {
+  get(child: string): number | undefined;
+  /** Advances a cursor in memory; it reaches the disk on the ack log's schedule. */
+  advance(child: string, next: number): void;
+  /** Parent offsets past the child's cursor already durable on the child (none: empty). */
+  stored(child: string): readonly number[];
+  /** Replaces the child's stored offsets in memory; they reach the disk with the cursors. */
+  setStored(child: string, offsets: readonly number[]): void;
+  /** Sets (or with undefined removes) a cursor and makes it durable before resolving. */
+  setNow(child: string, next: number | undefined): Promise<void>;
+  /** Writes and syncs what is buffered, then closes the file. */
+  close(): Promise<void>;
+}
+
+/**
+ * Pushes copies to children on other clusters (kind "remote"). The broker opens one handle per
+ * remote link it knows (attached here, read at start, or applied from the control plane) and
+ * releases it when the link goes (detached, its topic deleted or dropped). The implementation
+ * (src/remote-children.ts, over the SDK) shares one client and connection pool per URL and user
+ * among the handles open on it, and closes it with the last one.
+ */
+export interface RemoteSink {
+  open(link: ChildLink): RemoteChild;
+  /** Closes every client (the broker is closing). */
+  close(): Promise<void>;
+}
+
+export interface RemoteChild {
+  /**
+   * Produces the records to the remote child; resolves once the other cluster answered 202 for
+   * all, rejects with CopyPartlyStored when only some were stored.
+   */
+  push(records: StoredRecord[]): Promise<void>;
+  /** The link is gone; a push after this rejects. */
+  release(): Promise<void>;
+}
+
+/** For a broker built without one (unit tests): remote links are kept, and their pushes fail (and are retried). */
+export const NO_REMOTE_SINK: RemoteSink = {
+  open: (link) => ({
+    push: () => Promise.reject(new Error(`no remote sink: cannot push to ${link.url ?? "?"} (remote children need the server's wiring)`)),
+    release: () => Promise.resolve(),
+  }),
+  close: () => Promise.resolve(),
+};
+
 /** A copy of which only some records are durable on the child: their parent offsets. */
 export class CopyPartlyStored extends Error {
   constructor(
@@ -84,10 +138,27 @@ interface LinkState {
   stored: Set<number>;
 }
 
+export interface CopierOptions {
+  topic: string;
+  partition: Partition;
+  cursors: CopyCursors;
+  /** The parent's links now (they change with attach and detach). */
+  links: () => readonly ChildLink[];
+  sink: CopySink;
+  clock: Clock;
+  scheduler: Scheduler;
+  logger: Logger;
+  faults: BrokerFaults;
+}
+
 export class PartitionCopier {
+  readonly topic: string;
+  readonly partition: Partition;
+  readonly cursors: CopyCursors;
+  private readonly log: Logger;
   private running = false;
   private again = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: Timer | undefined;
   private closed = false;
   private readonly state = new Map<string, LinkState>();
   /** (first offset not yet seen synced, monotonic time it was seen) checkpoints, ascending. */
@@ -96,24 +167,19 @@ export class PartitionCopier {
   /** The copy round running now, so close() can wait for it. */
   private inFlight: Promise<void> = Promise.resolve();
 
-  constructor(
-    readonly topic: string,
-    readonly partition: Partition,
-    readonly cursors: CursorFile,
-    private readonly links: () => readonly ChildLink[],
-    private readonly sink: CopySink,
-    private readonly clock: Clock,
-    private readonly log: Logger,
-    private readonly bugs: TestBugs,
-  ) {
-    this.lastSynced = partition.log.syncedOffset;
+  constructor(private readonly o: CopierOptions) {
+    this.topic = o.topic;
+    this.partition = o.partition;
+    this.cursors = o.cursors;
+    this.log = o.logger;
+    this.lastSynced = o.partition.log.syncedOffset;
   }
 
   /** Per child: copies made since start, lag in messages, and failures. */
   stats(): { child: string; kind: ChildKind; copied: number; lagMessages: number; lagSeconds: number; failures: number }[] {
     const synced = this.partition.log.syncedOffset;
-    const now = this.clock.nowMs();
-    return this.links().map((l) => {
+    const now = this.o.clock.nowMs();
+    return this.o.links().map((l) => {
       const s = this.state.get(l.topic);
       const cur = this.cursors.get(l.topic) ?? synced;
       const lagMessages = Math.max(0, synced - Math.max(cur, this.partition.log.earliestOffset));
@@ -134,7 +200,7 @@ export class PartitionCopier {
     if (this.closed) return;
     const synced = this.partition.log.syncedOffset;
     if (synced > this.lastSynced) {
-      this.checkpoints.push({ below: synced, atMono: this.clock.monoMs() });
+      this.checkpoints.push({ below: synced, atMono: this.o.clock.monoMs() });
       if (this.checkpoints.length > CHECKPOINTS_MAX) this.checkpoints.splice(0, this.checkpoints.length - CHECKPOINTS_MAX);
       this.lastSynced = synced;
     }
@@ -154,24 +220,22 @@ export class PartitionCopier {
 
   /** How long until the delay copy of `r` is due (0 or less: now). */
   private dueInMs(r: StoredRecord, delayMs: number): number {
-    for (const c of this.checkpoints) if (r.offset < c.below) return c.atMono + delayMs - this.clock.monoMs();
-    if (this.bugs.has("delay-early-after-restart")) return r.producedAtMs - 1e12 + delayMs - this.clock.nowMs(); // seeded bug
-    return r.producedAtMs + PRE_BOOT_COMMIT_MARGIN_MS + delayMs - this.clock.nowMs();
+    for (const c of this.checkpoints) if (r.offset < c.below) return c.atMono + delayMs - this.o.clock.monoMs();
+    return r.producedAtMs + this.o.faults.preBootCommitMarginMs(PRE_BOOT_COMMIT_MARGIN_MS) + delayMs - this.o.clock.nowMs();
   }
 
   private schedule(delayMs: number): void {
     if (this.closed) return;
     const at = Math.max(1, Math.ceil(delayMs));
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
+    this.timer?.cancel();
+    this.timer = this.o.scheduler.after(at, () => {
       this.timer = undefined;
       this.kick();
-    }, at);
-    this.timer.unref();
+    });
   }
 
   private async run(): Promise<void> {
-    const links = this.links();
+    const links = this.o.links();
     if (links.length === 0) return;
     const log = this.partition.log;
     let nextWakeMs = Infinity;
@@ -183,7 +247,7 @@ export class PartitionCopier {
         st = { backoffMs: 0, retryAtMono: 0, copied: 0, failures: 0, pendingSinceMs: undefined, stored: new Set(this.cursors.stored(link.topic)) };
         this.state.set(link.topic, st);
       }
-      const now = this.clock.monoMs();
+      const now = this.o.clock.monoMs();
       if (st.retryAtMono > now) {
         nextWakeMs = Math.min(nextWakeMs, st.retryAtMono - now);
         continue;
@@ -215,11 +279,11 @@ export class PartitionCopier {
         if (due.length > 0) {
           const send = st.stored.size === 0 ? due : due.filter((r) => !st.stored.has(r.offset));
           try {
-            if (send.length > 0) await this.sink(link, send);
+            if (send.length > 0) await this.o.sink(link, send);
           } catch (e) {
             st.failures++;
-            if (this.bugs.has("child-skip-on-failure")) {
-              this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1); // seeded bug: drop them
+            if (this.o.faults.copyFailed() === "skip") {
+              this.cursors.advance(link.topic, due[due.length - 1]!.offset + 1);
               break;
             }
             if (e instanceof CopyPartlyStored) {
@@ -234,7 +298,7 @@ export class PartitionCopier {
               }
             }
             st.backoffMs = Math.min(Math.max(100, st.backoffMs * 2), REMOTE_BACKOFF_MAX_MS);
-            st.retryAtMono = this.clock.monoMs() + st.backoffMs;
+            st.retryAtMono = this.o.clock.monoMs() + st.backoffMs;
             nextWakeMs = Math.min(nextWakeMs, st.backoffMs);
             this.log.warn({ child: link.topic, kind: link.kind, err: (e as Error).message, retryInMs: st.backoffMs }, "copy to child failed; retrying");
             break;
@@ -253,7 +317,7 @@ export class PartitionCopier {
       }
     }
     if (nextWakeMs < Infinity) this.schedule(nextWakeMs);
-    else if (this.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
+    else if (this.o.links().some((l) => (this.cursors.get(l.topic) ?? Infinity) < log.syncedOffset)) this.again = true;
   }
 
   /** Resolves when the copy round running now (if any) has ended. */
@@ -267,7 +331,7 @@ export class PartitionCopier {
    */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer?.cancel();
     await this.inFlight.catch(() => undefined);
     await this.cursors.close();
   }

@@ -14,6 +14,7 @@
 
 import assert from "node:assert/strict";
 import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
+import { MinHeap } from "../platform/heap.js";
 import { READ_AHEAD_BYTES, READ_AHEAD_RECORDS, readAheadPool, type ReadAheadPool } from "./read-ahead.js";
 
 export interface Lease {
@@ -31,79 +32,18 @@ export interface Taken {
 /** Why a receipt handle does not match the live lease. */
 export type SettleResult = "ok" | "gone";
 
-/** A min-heap of lease deadlines; stale entries (extended or settled leases) are skipped. */
-class DeadlineHeap {
-  private readonly deadline: number[] = [];
-  private readonly offset: number[] = [];
-  private readonly tag: number[] = [];
-
-  get size(): number {
-    return this.deadline.length;
-  }
-
-  push(deadlineMs: number, offset: number, tag: number): void {
-    const d = this.deadline;
-    d.push(deadlineMs);
-    this.offset.push(offset);
-    this.tag.push(tag);
-    let i = d.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (d[parent]! <= d[i]!) break;
-      this.swap(i, parent);
-      i = parent;
-    }
-  }
-
-  peekDeadline(): number {
-    return this.deadline.length ? this.deadline[0]! : Infinity;
-  }
-
-  pop(): { deadlineMs: number; offset: number; tag: number } {
-    const top = { deadlineMs: this.deadline[0]!, offset: this.offset[0]!, tag: this.tag[0]! };
-    const last = this.deadline.length - 1;
-    this.swap(0, last);
-    this.deadline.pop();
-    this.offset.pop();
-    this.tag.pop();
-    const d = this.deadline;
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < d.length && d[l]! < d[m]!) m = l;
-      if (r < d.length && d[r]! < d[m]!) m = r;
-      if (m === i) break;
-      this.swap(i, m);
-      i = m;
-    }
-    return top;
-  }
-
-  clear(): void {
-    this.deadline.length = 0;
-    this.offset.length = 0;
-    this.tag.length = 0;
-  }
-
-  private swap(a: number, b: number): void {
-    const d = this.deadline, o = this.offset, t = this.tag;
-    [d[a], d[b]] = [d[b]!, d[a]!];
-    [o[a], o[b]] = [o[b]!, o[a]!];
-    [t[a], t[b]] = [t[b]!, t[a]!];
-  }
-}
-
 export class Partition {
   private cursor: number;
   private readonly leases = new Map<number, Lease>();
   private readonly returned = new Map<number, number>();
   /** Records that failed their checksum: never served (reported in the log at read time). */
   private readonly unreadable = new Set<number>();
-  /** Only for the seeded bug "acks-not-persisted": acks kept in memory, never written. */
-  private readonly memAcked = new Set<number>();
-  private readonly heap = new DeadlineHeap();
+  /**
+   * Lease deadlines: key the deadline, value the offset, aux the delivery tag. Extended and
+   * settled leases leave stale entries, skipped when they come out (their tag or deadline no
+   * longer matches the lease) and dropped by a rebuild when they dominate.
+   */
+  private readonly heap = new MinHeap<number>();
   private tagSeq = 0;
 
   /** Counters since boot, for metrics. */
@@ -148,12 +88,15 @@ export class Partition {
   /** Moves leases whose deadline passed back to `returned`. Returns how many lapsed. */
   expire(nowMs: number): number {
     let n = 0;
-    while (this.heap.peekDeadline() <= nowMs) {
-      const e = this.heap.pop();
-      const lease = this.leases.get(e.offset);
-      if (lease === undefined || lease.tag !== e.tag || lease.deadlineMs > nowMs) continue;
-      this.leases.delete(e.offset);
-      this.returned.set(e.offset, lease.deliveryCount);
+    const heap = this.heap;
+    while (heap.peekKey() <= nowMs) {
+      const offset = heap.peekValue()!;
+      const tag = heap.peekAux();
+      heap.pop();
+      const lease = this.leases.get(offset);
+      if (lease === undefined || lease.tag !== tag || lease.deadlineMs > nowMs) continue;
+      this.leases.delete(offset);
+      this.returned.set(offset, lease.deliveryCount);
       this.counts.lapsed++;
       n++;
     }
@@ -175,7 +118,7 @@ export class Partition {
   }
 
   private settledOrUnreadable(offset: number): boolean {
-    return this.acks.isAcked(offset) || this.unreadable.has(offset) || (this.memAcked.size > 0 && this.memAcked.has(offset));
+    return this.acks.isAcked(offset) || this.unreadable.has(offset);
   }
 
   hasAvailable(): boolean {
@@ -253,17 +196,8 @@ export class Partition {
     return "ok";
   }
 
-  /** Seeded bug "acks-not-persisted": settles in memory only, so a restart brings it back. */
-  ackInMemoryOnly(offset: number, tag: number, nowMs: number): SettleResult {
-    if (this.live(offset, tag, nowMs) === undefined) return "gone";
-    this.memAcked.add(offset);
-    this.leases.delete(offset);
-    this.counts.acked++;
-    return "ok";
-  }
-
-  /** Seeded bug "accept-replaced-handle": the tag of the live lease, whatever handle was shown. */
-  currentTag(offset: number): number | undefined {
+  /** The tag of the live lease of an offset, if it is leased. */
+  liveTag(offset: number): number | undefined {
     return this.leases.get(offset)?.tag;
   }
 

@@ -122,7 +122,7 @@ export class Mover {
     await this.o.service.barrier([`topic:${topic}`]);
     const started = this.o.clock.monoMs();
     const staging = join(this.o.dataDir, "staging", `${randomBytes(6).toString("hex")}`);
-    const finalDir = this.o.broker.partitionDir(topic, t.incarnation, partition);
+    const finalDir = this.o.broker.placement.partitionDir(topic, t.incarnation, partition);
     let installed = false;
     this.log.info({ topic, partition, from, epoch }, "move started");
     try {
@@ -166,7 +166,7 @@ export class Mover {
       await fsyncDir(staging);
       // Install where the partition lives, protected from reconcile until the switch.
       this.o.ownership.beginIncoming(topic, partition);
-      await this.o.broker.closeClusterPartition(topic, partition, false); // (never open here: the placement names the old owner)
+      await this.o.broker.placement.closePartition(topic, partition, false); // (never open here: the placement names the old owner)
       await rm(finalDir, { recursive: true, force: true });
       await mkdir(dirname(finalDir), { recursive: true });
       await rename(staging, finalDir);
@@ -255,7 +255,7 @@ export class Mover {
       throw new NaradError("move_conflict", `${topic}/${partition} is not moving from ${this.me} at epoch ${epoch}.`);
     }
     if (final && !this.o.ownership.isFrozen(topic, partition)) throw new NaradError("move_conflict", `${topic}/${partition} is not frozen here (this node restarted?); the move must start again.`);
-    return this.o.broker.partitionDir(topic, t.incarnation, partition);
+    return this.o.broker.placement.partitionDir(topic, t.incarnation, partition);
   }
 
   /** The files of a partition being moved away; with hashes once it is frozen. */

@@ -31,6 +31,7 @@ import type { Logger } from "pino";
 import type { Broker, ClusterTopicMeta } from "../broker/broker.js";
 import type { ChildLink } from "../broker/children.js";
 import type { Clock } from "../platform/clock.js";
+import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
 import type { ClusterTopic, ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused } from "./errors.js";
 import { writeFileAtomic } from "../platform/files.js";
@@ -41,7 +42,7 @@ export const FROZEN_MARKER = "moving.frozen";
 interface Frozen {
   epoch: number;
   sinceMono: number;
-  timer: NodeJS.Timeout | undefined;
+  timer: Timer | undefined;
 }
 
 export class Ownership {
@@ -61,6 +62,8 @@ export class Ownership {
       clock: Clock;
       logger: Logger;
       moveFreezeTimeoutMs: number;
+      /** Every timer (the freeze's expiry); default the system's. */
+      scheduler?: Scheduler;
     },
   ) {
     this.log = o.logger.child({ module: "ownership" });
@@ -80,7 +83,7 @@ export class Ownership {
         for (const inc of await readdir(join(this.o.dataDir, "cluster", name))) {
           if (t === undefined || String(t.incarnation) !== inc) {
             this.log.info({ topic: name, incarnation: inc }, "removing the files of a topic that no longer exists");
-            await this.o.broker.dropClusterTopic(name).catch(() => undefined);
+            await this.o.broker.placement.dropTopic(name).catch(() => undefined);
             await removeDir(join(this.o.dataDir, "cluster", name, inc), this.o.dataDir);
           }
         }
@@ -118,7 +121,7 @@ export class Ownership {
    * placement (re-read when it does not say so yet) puts it here. Resolves whether or not it is.
    */
   async ensureOpen(topic: string, partition: number): Promise<void> {
-    if (this.o.broker.openEpoch(topic, partition) !== undefined) return;
+    if (this.o.broker.placement.openEpoch(topic, partition) !== undefined) return;
     let p = this.o.cp.partitionPlacement(topic, partition);
     if (p === undefined || p.node !== this.o.nodeId) {
       await this.o.cp.refresh([`topic:${topic}`]).catch(() => undefined);
@@ -149,7 +152,7 @@ export class Ownership {
         this.frozen.set(key, f);
         this.armFreezeTimer(topic, partition, f);
       }
-      await this.o.broker.closeClusterPartition(topic, partition, false);
+      await this.o.broker.placement.closePartition(topic, partition, false);
       // Durable before the freeze is answered: a restart must not serve the partition again
       // while the copy may still be taken (reconcile reads it back).
       const dir = this.partitionDir(topic, partition);
@@ -159,9 +162,8 @@ export class Ownership {
   }
 
   private armFreezeTimer(topic: string, partition: number, f: Frozen): void {
-    clearTimeout(f.timer);
-    f.timer = setTimeout(() => void this.freezeExpired(topic, partition, f), this.o.moveFreezeTimeoutMs);
-    f.timer.unref();
+    f.timer?.cancel();
+    f.timer = (this.o.scheduler ?? systemScheduler).after(this.o.moveFreezeTimeoutMs, () => void this.freezeExpired(topic, partition, f));
   }
 
   private async freezeExpired(topic: string, partition: number, f: Frozen): Promise<void> {
@@ -191,16 +193,17 @@ export class Ownership {
 
   private async reconcile(name: string): Promise<void> {
     if (this.closed) return;
-    const { cp, broker, nodeId } = this.o;
+    const { cp, nodeId } = this.o;
+    const broker = this.o.broker.placement;
     const ct = cp.topic(name);
     const known = broker.knownIncarnation(name);
     if (ct === undefined) {
-      if (known !== undefined) await broker.dropClusterTopic(name);
+      if (known !== undefined) await broker.dropTopic(name);
       for (const key of [...this.frozen.keys()]) if (key.startsWith(`${name}/`)) this.unfreeze(key);
       return;
     }
-    if (known !== undefined && known !== ct.incarnation) await broker.dropClusterTopic(name);
-    broker.applyClusterTopic(toMeta(ct));
+    if (known !== undefined && known !== ct.incarnation) await broker.dropTopic(name);
+    broker.applyTopic(toMeta(ct));
     for (const p of cp.placement(name) ?? []) {
       const key = `${name}/${p.partition}`;
       const open = broker.openEpoch(name, p.partition);
@@ -221,14 +224,14 @@ export class Ownership {
           this.unfreeze(key); // aborted (serving again at the same epoch), or back here at a newer one
         }
         if (open === undefined) await rm(join(broker.partitionDir(name, ct.incarnation, p.partition), FROZEN_MARKER), { force: true });
-        if (open !== p.epoch) await broker.openClusterPartition(name, p.partition, p.epoch);
+        if (open !== p.epoch) await broker.openPartition(name, p.partition, p.epoch);
       } else {
         if (this.incoming.has(key)) continue;
         if (this.frozen.has(key)) this.unfreeze(key); // the move completed: the new owner has the copy
-        // Moved away (or a stale copy left behind): the files go. closeClusterPartition also
+        // Moved away (or a stale copy left behind): the files go. closePartition also
         // removes a directory of a partition that is not open here.
         if (open !== undefined || (await broker.hasPartitionFiles(name, ct.incarnation, p.partition))) {
-          await broker.closeClusterPartition(name, p.partition, true);
+          await broker.closePartition(name, p.partition, true);
         }
       }
     }
@@ -236,13 +239,13 @@ export class Ownership {
 
   private partitionDir(topic: string, partition: number): string | undefined {
     const t = this.o.cp.topic(topic);
-    return t === undefined ? undefined : this.o.broker.partitionDir(topic, t.incarnation, partition);
+    return t === undefined ? undefined : this.o.broker.placement.partitionDir(topic, t.incarnation, partition);
   }
 
   private unfreeze(key: string): void {
     const f = this.frozen.get(key);
     if (f === undefined) return;
-    clearTimeout(f.timer);
+    f.timer?.cancel();
     this.frozen.delete(key);
   }
 

@@ -39,7 +39,7 @@ import { randomBytes } from "node:crypto";
 import { NaradError, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Logger } from "pino";
-import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "../broker/broker.js";
+import { messagesBytesEstimate, type Broker, type Delivery, type ProduceItem, type ReplayResult, type SettleAction } from "../broker/broker.js";
 import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
@@ -144,7 +144,7 @@ export class ClusterService implements Service {
         let at = 0;
         return fs.map((x) => rs.slice(at, (at += x.items.length)));
       },
-      (f) => f.items.reduce((n, it) => n + it.payload.length + (it.key?.length ?? 0) + 8, 0),
+      (f) => messagesBytesEstimate(f.items),
       overflow,
     );
     this.consumes = new Coalescer(
@@ -422,7 +422,7 @@ export class ClusterService implements Service {
     await this.ensureKnown(topic);
     for (const p of partitions) {
       await this.o.ownership.ensureOpen(topic, p);
-      await this.o.broker.setChildCursor(topic, p, child, set);
+      await this.o.broker.placement.setChildCursor(topic, p, child, set);
     }
   }
 
@@ -712,7 +712,7 @@ export class ClusterService implements Service {
   async consumeLocal(topic: string, max: number, waitMs: number, signal: AbortSignal): Promise<Delivery[]> {
     await this.ensureKnown(topic);
     for (const p of this.o.cp.placement(topic) ?? []) {
-      if (p.node === this.me && this.o.broker.openEpoch(topic, p.partition) === undefined && !this.o.ownership.isFrozen(topic, p.partition)) {
+      if (p.node === this.me && this.o.broker.placement.openEpoch(topic, p.partition) === undefined && !this.o.ownership.isFrozen(topic, p.partition)) {
         await this.o.ownership.ensureOpen(topic, p.partition);
       }
     }
@@ -722,7 +722,7 @@ export class ClusterService implements Service {
   /** The broker learns of a topic by its reconcile; a request may come first. */
   private async ensureKnown(topic: string): Promise<void> {
     const ct = await this.topic(topic);
-    if (this.o.broker.knownIncarnation(topic) !== ct.incarnation) await this.o.ownership.schedule(topic);
+    if (this.o.broker.placement.knownIncarnation(topic) !== ct.incarnation) await this.o.ownership.schedule(topic);
   }
 
   // ---- ack, extend, nack ------------------------------------------------------------------------

@@ -52,11 +52,6 @@ export interface CursorFileOptions {
   scheduler?: Scheduler;
   /** Every file operation (default realFs). */
   fs?: StorageFs;
-  /**
-   * TEST ONLY, false for the seeded bug copy-cursors-not-persisted: advanced cursors are not
-   * written every ackFlushIntervalMs, only on attach (setNow) and close. Default true.
-   */
-  periodicFlush?: boolean;
 }
 
 export class CursorFile {
@@ -78,7 +73,6 @@ export class CursorFile {
   ) {
     const scheduler = opts.scheduler ?? systemScheduler;
     this.flushTimer = scheduler.every(opts.ackFlushIntervalMs, () => {
-      if (opts.periodicFlush === false) return;
       try {
         this.flush();
       } catch (err) {

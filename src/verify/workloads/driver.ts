@@ -636,6 +636,7 @@ async function startSystems(s: RunState): Promise<void> {
     NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
     // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
     NARAD_TEST_BUGS: run.bugs.join(","),
+    NARAD_TEST_MODE: "1", // seeded bugs are refused without it (or --dev), and runs with security on pass no --dev
     NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
     ...(opts.pendingSyncBytes !== undefined ? { NARAD_LIMITS_PENDING_SYNC_BYTES: String(opts.pendingSyncBytes) } : {}),
     ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),

@@ -1,0 +1,153 @@
+// Opens and closes one topic's partitions on this node: the partition's log and ack log (handed
+// through the faults' `opened*` hooks, ./faults.ts), its Partition, its copy cursors and copier.
+//
+// Delivery tags continue across a partition closed and opened again in one boot (cluster mode:
+// moved away and back), so a receipt handle of an earlier lease never matches a new one
+// (docs/architecture.md, "receipt handles outlive owners"). The last tag of each closed partition
+// is kept per topic and incarnation, and dropped when the topic is deleted or dropped from this
+// node (`forget`); a topic created again is a new incarnation, whose handles the old ones never
+// match (the incarnation is under the handle's MAC). So the map holds at most one number per
+// partition of a topic this node knows: bounded by the topics themselves.
+
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import type { Clock } from "../platform/clock.js";
+import type { Scheduler } from "../platform/scheduler.js";
+import { CursorFile } from "../storage/cursor-file.js";
+import { openAckLog, openPartitionLog, type StorageFs } from "../storage/index.js";
+import { PartitionCopier, type CopySink } from "./children.js";
+import type { BrokerFaults } from "./faults.js";
+import { Partition } from "./partition.js";
+import type { Topic } from "./topic.js";
+
+export interface PartitionStorageOptions {
+  clock: Clock;
+  scheduler: Scheduler;
+  logger: Logger;
+  faults: BrokerFaults;
+  segmentBytesMax: number;
+  segmentAgeMaxMs: number;
+  ackFlushIntervalMs: number;
+  consumerOffsetCommitIntervalMs: number;
+  powerLoss: boolean;
+  /** The filesystem of the partition's files (default node:fs). */
+  fs?: StorageFs;
+}
+
+export class PartitionOpener {
+  /** Per topic name: the incarnation and the last delivery tag of each of its closed partitions. */
+  private readonly lastTags = new Map<string, { incarnation: number; tags: Map<number, number> }>();
+
+  constructor(
+    private readonly o: PartitionStorageOptions,
+    /** The copy sink of partition i of topic t (children.ts). */
+    private readonly sinkFor: (t: Topic, i: number) => CopySink,
+  ) {}
+
+  /** Opens partition i of t at `epoch` (0 on a single node). */
+  async open(t: Topic, i: number, epoch: number): Promise<void> {
+    const o = this.o;
+    const pdir = join(t.dir, "partitions", String(i));
+    await mkdir(pdir, { recursive: true });
+    const logger = o.logger.child({ topic: t.meta.name, partition: i });
+    const log = await openPartitionLog(pdir, {
+      clock: o.clock,
+      logger,
+      segmentBytesMax: o.segmentBytesMax,
+      segmentAgeMaxMs: o.segmentAgeMaxMs,
+      powerLoss: o.powerLoss,
+      scheduler: o.scheduler,
+      fs: o.fs,
+    });
+    const r = log.recovery;
+    if (r.truncatedBytes > 0 || r.corruptRecords.length > 0 || r.rebuiltIndexes.length > 0) {
+      logger.warn({ recovery: r }, "partition recovered");
+    }
+    const acks = await openAckLog(pdir, {
+      clock: o.clock,
+      logger,
+      ackFlushIntervalMs: o.ackFlushIntervalMs,
+      ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
+      powerLoss: o.powerLoss,
+      scheduler: o.scheduler,
+      fs: o.fs,
+    });
+    const part = new Partition(i, o.faults.openedLog(log), o.faults.openedAcks(acks), epoch, this.firstTag(t, i));
+    t.partitions[i] = part;
+    const cursors = o.faults.openedCursors(
+      CursorFile.open(join(pdir, "children.cursors"), {
+        ackFlushIntervalMs: o.ackFlushIntervalMs,
+        ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
+        powerLoss: o.powerLoss,
+        logger,
+        scheduler: o.scheduler,
+        fs: o.fs,
+      }),
+    );
+    // A link without a cursor here means the partition was added after the attach: every
+    // record in it was produced after the attach, so copying starts at its beginning.
+    for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
+    const copier = new PartitionCopier({
+      topic: t.meta.name,
+      partition: part,
+      cursors,
+      links: () => t.meta.children,
+      sink: this.sinkFor(t, i),
+      clock: o.clock,
+      scheduler: o.scheduler,
+      logger: logger.child({ module: "children" }),
+      faults: o.faults,
+    });
+    t.copiers[i] = copier;
+    if (t.meta.children.length > 0) copier.kick();
+  }
+
+  /** Closes partition i of t if it is open: its copier, log and ack log, flushed and synced. */
+  async close(t: Topic, i: number): Promise<void> {
+    const p = t.partitions[i];
+    const c = t.copiers[i];
+    t.partitions[i] = undefined;
+    t.copiers[i] = undefined;
+    if (c !== undefined) await c.close();
+    if (p !== undefined) {
+      this.rememberTag(t, i, p.lastTag);
+      p.dropReadAhead();
+      // Each part is closed even when another fails: a log stopped by a failed write or fsync
+      // rejects its close, and its ack log must still be flushed and synced (nothing the failed
+      // log held past its last fsync was ever answered 202).
+      const logger = this.o.logger.child({ topic: t.meta.name, partition: i });
+      await p.log.close().catch((err: unknown) => logger.error({ err: (err as Error).message }, "the partition's log failed; closed without its unsynced tail"));
+      await p.acks.close().catch((err: unknown) => logger.error({ err: (err as Error).message }, "the partition's ack log could not be closed cleanly"));
+    }
+  }
+
+  /** Closes every open partition of t. */
+  async closeAll(t: Topic): Promise<void> {
+    for (let i = 0; i < t.partitions.length; i++) await this.close(t, i);
+  }
+
+  /** The topic is gone from this node (deleted, dropped, created again): its tags go too. */
+  forget(t: Topic): void {
+    if (this.lastTags.get(t.meta.name)?.incarnation === t.meta.incarnation) this.lastTags.delete(t.meta.name);
+  }
+
+  /** Tags remembered now (for tests of the bound). */
+  get rememberedTopics(): number {
+    return this.lastTags.size;
+  }
+
+  private firstTag(t: Topic, i: number): number {
+    const e = this.lastTags.get(t.meta.name);
+    return e !== undefined && e.incarnation === t.meta.incarnation ? (e.tags.get(i) ?? 0) : 0;
+  }
+
+  private rememberTag(t: Topic, i: number, tag: number): void {
+    let e = this.lastTags.get(t.meta.name);
+    if (e === undefined || e.incarnation !== t.meta.incarnation) {
+      e = { incarnation: t.meta.incarnation, tags: new Map() };
+      this.lastTags.set(t.meta.name, e);
+    }
+    e.tags.set(i, tag);
+  }
+}

@@ -1,0 +1,120 @@
+// One topic as this node holds it: its metadata, its open partitions and their copiers, the long
+// polls waiting on it, and the chain that serialises its metadata changes.
+//
+// A topic's metadata is the same record on a single node (topic.json, ./metadata.ts) and in a
+// cluster (the control plane's row, applied by src/cluster/ownership.ts through ./cluster-topics.ts).
+// Metadata changes of one topic (update, delete, attach, detach, a cluster partition opened or
+// closed) run one after another through `serially`, so each starts from the state the previous
+// one left, whatever order their requests arrived in.
+
+import { LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import type { Timer } from "../platform/scheduler.js";
+import type { ChildLink, PartitionCopier } from "./children.js";
+import type { Delivery } from "./broker.js";
+import type { Partition } from "./partition.js";
+
+/** A topic's metadata: topic.json on one node, the control plane's row in a cluster. */
+export interface TopicMeta {
+  name: string;
+  incarnation: number;
+  partitions: number;
+  visibility_timeout_ms: number;
+  retention_ms: number;
+  owner: string | null;
+  children: ChildLink[];
+  parent: { topic: string; kind: ChildJson["kind"] } | null;
+  created_at: number;
+}
+
+/** A long poll waiting for messages. */
+export interface Waiter {
+  max: number;
+  resolve: (d: Delivery[]) => void;
+  timer: Timer | undefined;
+  done: boolean;
+}
+
+export class Topic {
+  /** Sparse in cluster mode: only the partitions this node owns are open. */
+  partitions: (Partition | undefined)[] = [];
+  copiers: (PartitionCopier | undefined)[] = [];
+  readonly waiters: Waiter[] = [];
+  produceRr = 0;
+  consumeRr = 0;
+  serving = false;
+  serveAgain = false;
+  deleted = false;
+  /** The tail of this topic's metadata changes (see `serially`). */
+  private metaChain: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    public meta: TopicMeta,
+    readonly dir: string,
+  ) {}
+
+  /**
+   * Runs fn after every metadata change of this topic queued before it; its result (or error) is
+   * the caller's, and a failure does not stop the changes queued after it.
+   */
+  serially<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.metaChain.then(fn);
+    this.metaChain = run.catch(() => undefined);
+    return run;
+  }
+
+  hasAvailable(): boolean {
+    for (const p of this.partitions) if (p?.hasAvailable()) return true;
+    return false;
+  }
+
+  /** The open partitions. */
+  open(): Partition[] {
+    const out: Partition[] = [];
+    for (const p of this.partitions) if (p !== undefined) out.push(p);
+    return out;
+  }
+
+  toJson(): TopicJson {
+    const m = this.meta;
+    return {
+      name: m.name,
+      partitions: m.partitions,
+      visibility_timeout_ms: m.visibility_timeout_ms,
+      retention_ms: m.retention_ms,
+      owner: m.owner,
+      children: m.children.map(
+        (c): ChildJson => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delay_ms }),
+      ),
+      parent: m.parent,
+      created_at: m.created_at,
+    };
+  }
+}
+
+/** Reads a topic.json back; throws on missing or malformed fields. */
+export function parseMeta(j: unknown, name: string): TopicMeta {
+  const m = j as Partial<TopicMeta>;
+  const ok =
+    typeof m === "object" &&
+    m !== null &&
+    m.name === name &&
+    Number.isSafeInteger(m.incarnation) &&
+    Number.isSafeInteger(m.partitions) &&
+    m.partitions! >= 1 &&
+    m.partitions! <= LIMITS.partitionsMax &&
+    Number.isSafeInteger(m.visibility_timeout_ms) &&
+    Number.isSafeInteger(m.retention_ms) &&
+    Array.isArray(m.children);
+  if (!ok) throw new Error("topic.json has missing or malformed fields");
+  return {
+    name,
+    incarnation: m.incarnation!,
+    partitions: m.partitions!,
+    visibility_timeout_ms: m.visibility_timeout_ms!,
+    retention_ms: m.retention_ms!,
+    owner: typeof m.owner === "string" ? m.owner : null,
+    children: m.children!,
+    parent: m.parent && typeof m.parent === "object" && typeof m.parent.topic === "string" ? m.parent : null,
+    created_at: Number.isSafeInteger(m.created_at) ? m.created_at! : 0,
+  };
+}
