@@ -69,7 +69,7 @@ async function untilTimers(s: ManualScheduler, n: number): Promise<void> {
   }
 }
 
-/** The broker's own repeating timers: the lease sweep and housekeeping. */
+/** The broker's own repeating timers (the lease sweep and housekeeping), beside each partition's storage timers. */
 const BROKER_TIMERS = 2;
 
 test("a lease lapses when the scheduler passes the visibility timeout: the message comes back with delivery_count 2, the old handle answers 410", async () => {
@@ -88,9 +88,10 @@ test("a lease lapses when the scheduler passes the visibility timeout: the messa
       s.advance(VISIBILITY_TIMEOUT_MS - 1);
       assert.deepEqual(await b.consume("t", 1, 0), [], "still leased 1 ms before its deadline");
       // A long poll waits for the message.
-      assert.equal(s.pending, BROKER_TIMERS);
+      const before = s.pending;
+      assert.ok(before >= BROKER_TIMERS);
       const waiting = b.consume("t", 1, 60_000);
-      await untilTimers(s, BROKER_TIMERS + 1);
+      await untilTimers(s, before + 1);
 
       // The deadline passes: the next lease sweep returns it and serves the waiting long poll.
       s.advance(LEASE_SWEEP_INTERVAL_MS);
@@ -118,8 +119,9 @@ test("a long poll ends empty when the scheduler passes its wait, and counts agai
     try {
       await b.createTopic({ name: "t" }, null);
       let answered: unknown;
+      const before = s.pending;
       const waiting = b.consume("t", 1, 5_000).then((d) => (answered = d));
-      await untilTimers(s, BROKER_TIMERS + 1);
+      await untilTimers(s, before + 1);
       await assert.rejects(b.consume("t", 1, 5_000), { code: "too_many_waiters" }, "the second long poll is over the limit");
       s.advance(4_999);
       await new Promise((r) => setImmediate(r));
@@ -127,7 +129,7 @@ test("a long poll ends empty when the scheduler passes its wait, and counts agai
       s.advance(1);
       assert.deepEqual(await waiting, []);
       const again = b.consume("t", 1, 1_000);
-      await untilTimers(s, BROKER_TIMERS + 1);
+      await untilTimers(s, before + 1);
       s.advance(1_000);
       assert.deepEqual(await again, [], "the slot is free again");
     } finally {

@@ -5,6 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../platform/manual.js";
+import { systemScheduler } from "../platform/scheduler.js";
 import { captureLogger, withTempDir } from "../../test/support/storage.js";
 import { NO_FAULTS } from "./faults.js";
 import { PartitionOpener } from "./partition-opener.js";
@@ -28,7 +29,8 @@ test("tags continue across a close and reopen of one incarnation, start afresh f
     const opener = new PartitionOpener(
       {
         clock: s.clock,
-        scheduler: s,
+        // Storage's group commit and flushes run on the real scheduler: this test is about tags.
+        scheduler: systemScheduler,
         logger: captureLogger().logger,
         faults: NO_FAULTS,
         segmentBytesMax: 1024 * 1024,

@@ -2,7 +2,7 @@
 // correct build against the same workloads, and compare verdicts with what is expected.
 //
 // Design note. A checker that has never caught a real bug is untested (seed 002). Each bug of
-// src/broker/test-bugs.ts (turned on only through NARAD_TEST_BUGS) gets a row naming the anomaly
+// src/broker/seeded-bugs.ts (turned on only through NARAD_TEST_BUGS, with --dev or NARAD_TEST_MODE=1) gets a row naming the anomaly
 // the checker must report; the correct build gets a row per workload configuration that must come
 // back `valid`, so a workload that only "catches" bugs by flagging everything fails too.
 // Rows are meant to be deterministic, not lucky:
