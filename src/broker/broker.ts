@@ -37,7 +37,7 @@
 import { randomInt } from "node:crypto";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
-import { DEFAULTS, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import { DEFAULTS, type ChildJson, type CreateTopicRequest, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
 import type { StoredRecord } from "../storage/types.js";
@@ -257,7 +257,7 @@ export class Broker {
     this.topic(name);
   }
 
-  async createTopic(req: { name: string; partitions?: number; visibility_timeout_ms?: number; retention_ms?: number }, owner: string | null): Promise<TopicJson> {
+  async createTopic(req: CreateTopicRequest, owner: string | null): Promise<TopicJson> {
     this.assertOpen();
     const name = req.name;
     if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
@@ -286,7 +286,7 @@ export class Broker {
     }
   }
 
-  async updateTopic(name: string, req: { partitions?: number; visibility_timeout_ms?: number; retention_ms?: number }): Promise<TopicJson> {
+  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
     this.assertOpen();
     const t = this.topic(name);
     return t.serially(async () => {

@@ -6,7 +6,7 @@
 // that kept the handle from being settled (its owner unreachable, no answer from it), which a
 // single ack answers as that error and a batch ack as that error's status.
 
-import type { ChildJson, TopicJson } from "../protocol/wire.js";
+import type { ChildJson, CreateTopicRequest, TopicJson, UpdateTopicRequest } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "./broker.js";
 import type { ChildLink } from "./children.js";
@@ -21,12 +21,8 @@ export interface RequestContext {
 
 export type SettleOutcome = 204 | 400 | 410 | NaradError;
 
-export interface TopicSettings {
-  name: string;
-  partitions?: number;
-  visibility_timeout_ms?: number;
-  retention_ms?: number;
-}
+/** A create's settings (protocol's CreateTopicRequest: the one declaration of a topic's fields). */
+export type TopicSettings = CreateTopicRequest;
 
 /**
  * Where a produced message went. `owner` and `ownerBoot` name the partition's owner that stored it
@@ -47,7 +43,7 @@ export interface Service {
   /** Cheaper than getTopic: only NaradError topic_not_found when there is none. */
   checkTopic(name: string): Promise<void>;
   createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson>;
-  updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson>;
+  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson>;
   deleteTopic(name: string): Promise<void>;
   listChildren(parent: string): Promise<ChildJson[]>;
   attachChild(parent: string, link: ChildLink, ctx: RequestContext): Promise<ChildJson>;
@@ -85,7 +81,7 @@ export class LocalService implements Service {
     return this.broker.createTopic(req, owner);
   }
 
-  updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson> {
+  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
     return this.broker.updateTopic(name, req);
   }
 

@@ -14,16 +14,11 @@ import type { Delivery } from "./broker.js";
 import type { Partition } from "./partition.js";
 
 /** A topic's metadata: topic.json on one node, the control plane's row in a cluster. */
-export interface TopicMeta {
-  name: string;
+/** A topic as the broker keeps it: its JSON, with the incarnation and the links' copy settings. */
+export interface TopicMeta extends Omit<TopicJson, "children" | "parent"> {
   incarnation: number;
-  partitions: number;
-  visibility_timeout_ms: number;
-  retention_ms: number;
-  owner: string | null;
   children: ChildLink[];
-  parent: { topic: string; kind: ChildJson["kind"] } | null;
-  created_at: number;
+  parent: NonNullable<TopicJson["parent"]> | null;
 }
 
 /** A long poll waiting for messages. */

@@ -37,7 +37,7 @@
 
 import { randomBytes } from "node:crypto";
 import { NaradError, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
-import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
+import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import { messagesBytesEstimate, type Broker, type Delivery, type ProduceItem, type ReplayResult, type SettleAction } from "../broker/broker.js";
 import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
@@ -241,7 +241,7 @@ export class ClusterService implements Service {
     return this.getTopic(req.name);
   }
 
-  async updateTopic(name: string, req: Omit<TopicSettings, "name">): Promise<TopicJson> {
+  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
     await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms }));
     const targets = [`topic:${name}`];
     // A replica grows with its parent, its new partitions kept off the parent's nodes.

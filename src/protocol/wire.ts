@@ -64,11 +64,18 @@ export interface ChildJson {
   delay_ms?: number;
 }
 
-export interface TopicJson {
-  name: string;
+/**
+ * What a topic is created and changed with (docs/api.md). Declared once: the wire's JSON, the
+ * broker's metadata, the control plane's rows and every request type are built from it.
+ */
+export interface TopicSettingsJson {
   partitions: number;
   visibility_timeout_ms: number;
   retention_ms: number;
+}
+
+export interface TopicJson extends TopicSettingsJson {
+  name: string;
   owner: string | null;
   children: ChildJson[];
   /** The topic this one is a child of, if any. */
@@ -76,18 +83,11 @@ export interface TopicJson {
   created_at: number;
 }
 
-export interface CreateTopicRequest {
+export interface CreateTopicRequest extends Partial<TopicSettingsJson> {
   name: string;
-  partitions?: number;
-  visibility_timeout_ms?: number;
-  retention_ms?: number;
 }
 
-export interface UpdateTopicRequest {
-  partitions?: number;
-  visibility_timeout_ms?: number;
-  retention_ms?: number;
-}
+export type UpdateTopicRequest = Partial<TopicSettingsJson>;
 
 export interface ProduceResult {
   partition: number;

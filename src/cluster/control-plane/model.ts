@@ -4,7 +4,7 @@
 // cached view. The rows PostgreSQL returns, and their conversion into these, are in ./rows.ts.
 
 import { NaradError } from "../../protocol/errors.js";
-import type { ChildJson } from "../../protocol/wire.js";
+import type { ChildJson, TopicJson, TopicSettingsJson, UpdateTopicRequest } from "../../protocol/wire.js";
 import type { StoredUser } from "../../auth/user-store-api.js";
 
 export type NodeState = "live" | "down";
@@ -25,15 +25,9 @@ export interface ClusterNode {
 }
 
 /** The broker's TopicMeta, as the cluster keeps it. */
-export interface ClusterTopic {
-  name: string;
+/** A topic row: the topic's JSON (less its parent, derived from links), incarnation and version. */
+export interface ClusterTopic extends Omit<TopicJson, "parent"> {
   incarnation: number;
-  partitions: number;
-  visibility_timeout_ms: number;
-  retention_ms: number;
-  owner: string | null;
-  children: ChildJson[];
-  created_at: number;
   version: number;
 }
 
@@ -52,11 +46,8 @@ export interface PartitionPlacement {
   version: number;
 }
 
-export interface NewTopic {
+export interface NewTopic extends TopicSettingsJson {
   name: string;
-  partitions: number;
-  visibility_timeout_ms: number;
-  retention_ms: number;
   owner: string | null;
   /** Random in [1, 2^32) when absent. */
   incarnation?: number;
@@ -70,11 +61,7 @@ export interface NewTopic {
   nodes?: string[];
 }
 
-export interface TopicChange {
-  /** Only grows; NaradError partitions_decrease otherwise. */
-  partitions?: number;
-  visibility_timeout_ms?: number;
-  retention_ms?: number;
+export interface TopicChange extends UpdateTopicRequest {
   children?: ChildJson[];
   /** Owners of the new partitions, as NewTopic.nodes. */
   nodes?: string[];
