@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pg from "pg";
-import { startCluster, type LocalCluster } from "./support/local-cluster.js";
+import { FAST_LEASES, startCluster, type LocalCluster } from "./support/local-cluster.js";
 import { clusterToken } from "../src/cluster/wire.js";
 import { startProxy, type Proxy } from "../src/verify/proxy/proxy.js";
 import { runNarad, waitFor } from "./harness.js";
@@ -16,13 +16,7 @@ import { freePort, postgresForFile } from "./support/postgres.js";
 const { pg: postgres, cleanups } = postgresForFile();
 
 /** Short leases, so a dead node is seen down within about a second and a half. */
-const FAST = {
-  NARAD_CLUSTER_HEARTBEAT_INTERVAL_MS: "200",
-  NARAD_CLUSTER_NODE_LEASE_MS: "1500",
-  NARAD_CLUSTER_LEASE_SAFETY_MARGIN_MS: "200",
-  NARAD_CLUSTER_RESYNC_INTERVAL_MS: "1000",
-  NARAD_CLUSTER_FORWARD_TIMEOUT_MS: "1500",
-};
+const FAST = FAST_LEASES;
 
 async function cluster(o: Parameters<typeof startCluster>[0] = {}): Promise<LocalCluster> {
   const c = await startCluster({ nodes: 3, controlPlaneUrl: await postgres().newDatabase(), ...o });

@@ -19,7 +19,7 @@ import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
-import { startCluster } from "./support/local-cluster.js";
+import { FAST_LEASES, startCluster } from "./support/local-cluster.js";
 import { waitFor } from "./harness.js";
 import { WorkloadRuns } from "./support/workload-runs.js";
 import { deriveSeed, encodePayload, runWorkload, type RunResult } from "../src/verify/workloads/index.js";
@@ -160,13 +160,7 @@ describe("regression: a produce answered 503 ownership_lost", { timeout: 180_000
   const TOPIC = "owned";
   const VISIBILITY_MS = 5_000;
   /** Short leases, so n1's runs out within a pause of a few seconds. */
-  const FAST = {
-    NARAD_CLUSTER_HEARTBEAT_INTERVAL_MS: "200",
-    NARAD_CLUSTER_NODE_LEASE_MS: "1500",
-    NARAD_CLUSTER_LEASE_SAFETY_MARGIN_MS: "200",
-    NARAD_CLUSTER_RESYNC_INTERVAL_MS: "1000",
-    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: "1500",
-  };
+  const FAST = FAST_LEASES;
   /** How long n1 stays frozen: past its node lease, so its lease has surely run out (the fault, not a wait). */
   const PAUSE_MS = 2_500;
   /** A request outlives the pause, so a write begun before it gets its real answer, not a timeout. */

@@ -227,3 +227,12 @@ export async function startCluster(o: LocalClusterOptions = {}): Promise<LocalCl
     throw e;
   }
 }
+
+/** Short leases for tests: a dead or frozen node is seen down within about a second and a half. */
+export const FAST_LEASES: Readonly<Record<string, string>> = {
+  NARAD_CLUSTER_HEARTBEAT_INTERVAL_MS: "200",
+  NARAD_CLUSTER_NODE_LEASE_MS: "1500",
+  NARAD_CLUSTER_LEASE_SAFETY_MARGIN_MS: "200",
+  NARAD_CLUSTER_RESYNC_INTERVAL_MS: "1000",
+  NARAD_CLUSTER_FORWARD_TIMEOUT_MS: "1500",
+};
