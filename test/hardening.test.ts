@@ -5,6 +5,8 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import net from "node:net";
+import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
 
 const ADMIN_PW = "admin-Secret-42";
@@ -204,4 +206,41 @@ describe("hardening, answers that broke the error contract (a dev node, raw TCP)
     const msgs = ((await replay.json()) as { messages: { payload?: string; value?: string }[] }).messages;
     assert.ok(JSON.stringify(msgs).includes(Buffer.from("pipelined").toString("base64")), JSON.stringify(msgs));
   });
+});
+
+test("a missing topic.json deletes the whole topic: a topic whose partitions hold records stays on disk, offline and logged, and comes back when topic.json is restored", async () => {
+  const dir = await tempDir();
+  try {
+    let node = await startNode({ dataDir: dir });
+    const json = { "content-type": "application/json" };
+    assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: json, body: JSON.stringify({ name: "precious", partitions: 1 }) })).status, 201);
+    const batch = { messages: Array.from({ length: 100 }, (_, i) => ({ payload_base64: Buffer.from(`m${i}`).toString("base64") })) };
+    assert.equal((await fetch(`${node.url}/v1/topics/precious/messages/batch`, { method: "POST", headers: json, body: JSON.stringify(batch) })).status, 202);
+    assert.equal(await node.stop(), 0);
+    const meta = join(dir, "topics", "precious", "topic.json");
+    const saved = await readFile(meta);
+    await rm(meta);
+    // An interrupted create beside it: a directory with empty partitions and no topic.json.
+    await mkdir(join(dir, "topics", "ghost", "partitions", "0"), { recursive: true });
+
+    node = await startNode({ dataDir: dir, port: node.port });
+    assert.equal((await fetch(`${node.url}/v1/topics/precious`)).status, 404, "offline: not served");
+    const again = await fetch(`${node.url}/v1/topics`, { method: "POST", headers: json, body: JSON.stringify({ name: "precious" }) });
+    assert.equal(again.status, 409, "a create does not wipe the offline topic's records");
+    assert.equal(((await again.json()) as { error: { code: string } }).error.code, "topic_exists");
+    assert.match(node.output(), /topic.json is missing but the partitions hold records/);
+    await assert.rejects(stat(join(dir, "topics", "ghost")), { code: "ENOENT" }, "an interrupted create is still removed");
+    assert.equal(await node.stop(), 0);
+
+    await writeFile(meta, saved);
+    node = await startNode({ dataDir: dir, port: node.port });
+    try {
+      const r = await fetch(`${node.url}/v1/topics/precious/partitions/0/messages?offset=0&limit=1000`);
+      assert.equal(((await r.json()) as { messages: unknown[] }).messages.length, 100, "every 202 is back with its topic.json");
+    } finally {
+      await node.kill();
+    }
+  } finally {
+    await removeDir(dir);
+  }
 });

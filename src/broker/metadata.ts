@@ -2,7 +2,8 @@
 //   - a single node (`TopicFiles`): DATA/topics/NAME/topic.json, written atomically (temp file,
 //     fsync, rename, directory fsync) as the last step of a create or change, after the
 //     partitions it names exist (docs/architecture.md, "metadata last"); a directory without it
-//     is an interrupted create, removed at start;
+//     and no record in its partitions is an interrupted create, removed at start (one that holds
+//     records stays offline, as a corrupt one does);
 //   - a cluster (`ControlPlaneRows`): the control plane's rows, which src/cluster writes and
 //     src/cluster/ownership.ts applies to the broker (./cluster-topics.ts). Nothing is read at
 //     start and the broker never writes metadata itself; partitions live under
@@ -12,10 +13,12 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { NaradError } from "../protocol/errors.js";
 import { TOPIC_NAME_RE } from "../protocol/wire.js";
+import { ACK_LOG_FILE } from "../storage/index.js";
 import { writeFileAtomic } from "../platform/files.js";
 import { parseMeta, type TopicMeta } from "./topic.js";
 
@@ -50,6 +53,30 @@ async function discardDir(dataDir: string, dir: string, log: Logger): Promise<vo
   void rm(dest, { recursive: true, force: true }).catch((e: Error) => log.warn({ err: e.message }, "could not remove deleted topic files"));
 }
 
+/** True when a topic directory's partitions hold any record (a segment file that is not empty). */
+async function holdsRecords(dir: string): Promise<boolean> {
+  let partitions: string[];
+  try {
+    partitions = await readdir(join(dir, "partitions"));
+  } catch {
+    return false;
+  }
+  for (const p of partitions) {
+    let files: string[];
+    try {
+      files = await readdir(join(dir, "partitions", p));
+    } catch {
+      continue;
+    }
+    for (const f of files) {
+      if (!f.endsWith(".log") || f === ACK_LOG_FILE) continue;
+      const st = await stat(join(dir, "partitions", p, f)).catch(() => undefined);
+      if (st !== undefined && st.size > 0) return true;
+    }
+  }
+  return false;
+}
+
 /** A single node's metadata: one topic.json per topic. */
 export class TopicFiles implements MetadataStore {
   constructor(
@@ -71,7 +98,13 @@ export class TopicFiles implements MetadataStore {
         out.push(parseMeta(JSON.parse(await readFile(join(dir, "topic.json"), "utf8")), name));
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === "ENOENT") {
-          // A create that crashed before its last step never answered 201: finish removing it.
+          // A create that crashed before its last step never answered 201, and holds nothing:
+          // finish removing it. One whose partitions hold records lost its topic.json some other
+          // way (it once deleted 100 acknowledged messages): keep it offline, as a corrupt one.
+          if (await holdsRecords(dir)) {
+            this.log.error({ dir }, "topic.json is missing but the partitions hold records; the topic is not served until topic.json is restored");
+            continue;
+          }
           this.log.warn({ dir }, "removing a topic directory without topic.json (an interrupted create)");
           await rm(dir, { recursive: true, force: true });
           continue;
@@ -88,6 +121,9 @@ export class TopicFiles implements MetadataStore {
 
   async create(meta: TopicMeta): Promise<void> {
     const dir = this.dirOf(meta.name);
+    if (await holdsRecords(dir)) {
+      throw new NaradError("topic_exists", `Topic ${JSON.stringify(meta.name)} is offline (its topic.json is missing or corrupt) and its partitions hold records; restore its topic.json, or remove ${dir} to create it anew.`);
+    }
     await rm(dir, { recursive: true, force: true });
     await mkdir(join(dir, "partitions"), { recursive: true });
   }
