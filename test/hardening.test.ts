@@ -244,3 +244,22 @@ test("a missing topic.json deletes the whole topic: a topic whose partitions hol
     await removeDir(dir);
   }
 });
+
+test("every partition's children.cursors was logged as 'not a segment' at every start: a restart logs no such warning", async () => {
+  const dir = await tempDir();
+  try {
+    let node = await startNode({ dataDir: dir });
+    assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "quiet", partitions: 3 }) })).status, 201);
+    assert.equal(await node.stop(), 0);
+    for (let p = 0; p < 3; p++) await stat(join(dir, "topics", "quiet", "partitions", String(p), "children.cursors"));
+    node = await startNode({ dataDir: dir, port: node.port });
+    try {
+      assert.equal((await fetch(`${node.url}/v1/topics/quiet`)).status, 200);
+      assert.doesNotMatch(node.output(), /not a segment/);
+    } finally {
+      await node.kill();
+    }
+  } finally {
+    await removeDir(dir);
+  }
+});

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Clock } from "../platform/clock.js";
 import type { Scheduler } from "../platform/scheduler.js";
-import { CursorFile } from "../storage/cursor-file.js";
+import { CURSOR_FILE_NAME, CursorFile } from "../storage/cursor-file.js";
 import { openAckLog, openPartitionLog, type StorageFs } from "../storage/index.js";
 import { PartitionCopier, type CopySink } from "./children.js";
 import type { BrokerFaults } from "./faults.js";
@@ -76,7 +76,7 @@ export class PartitionOpener {
     const part = new Partition(i, o.faults.openedLog(log), o.faults.openedAcks(acks), epoch, this.firstTag(t, i));
     t.partitions[i] = part;
     const cursors = o.faults.openedCursors(
-      CursorFile.open(join(pdir, "children.cursors"), {
+      CursorFile.open(join(pdir, CURSOR_FILE_NAME), {
         ackFlushIntervalMs: o.ackFlushIntervalMs,
         ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
         powerLoss: o.powerLoss,

@@ -36,6 +36,9 @@ import { systemScheduler, type Scheduler, type Timer } from "../platform/schedul
 import { fdatasyncAsync, writeFullySync } from "./files.js";
 import { realFs, type StorageFs } from "./fs.js";
 
+/** The file's name in a partition directory. */
+export const CURSOR_FILE_NAME = "children.cursors";
+
 export const SLOT_BYTES = 64 * 1024;
 const HEADER = 16;
 /** Most children one parent may have: keeps the JSON within a slot. */

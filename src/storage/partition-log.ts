@@ -81,6 +81,7 @@ import {
   writeFullySync,
 } from "./files.js";
 import { isAtomicTempName } from "../platform/files.js";
+import { CURSOR_FILE_NAME } from "./cursor-file.js";
 import { realFs, type StorageFs } from "./fs.js";
 
 /** Positions are u32 and NO_RECORD is reserved, so a segment stays well below 4 GiB. */
@@ -763,7 +764,8 @@ export class FilePartitionLog implements PartitionLog {
         if (isAtomicTempName(e.name) && /^\d{20}\.index\./.test(e.name)) {
           // An index write that died half-way; the index is rewritten when needed.
           await this.fs.unlink(path.join(this.dir, e.name)).catch(() => {});
-        } else if (!e.name.startsWith("acks.")) {
+        } else if (!e.name.startsWith("acks.") && !e.name.startsWith(CURSOR_FILE_NAME)) {
+          // The ack log's and the copy cursors' files share the directory; anything else is news.
           this.log.warn({ file: e.name }, "ignoring a file that is not a segment in the partition directory");
         }
         continue;
