@@ -88,11 +88,11 @@ export function createHttpListener(o: { headersTimeoutMs: number; requestTimeout
 
 /** Requests on a socket whose answers are not finished (for the pipelined-garbage rule above). */
 const PENDING = Symbol("narad.pendingAnswers");
-/** The socket's newest request and its answer. */
-const LAST = Symbol("narad.lastRequest");
+/** The answer of the socket's newest request (its request is `res.req`). */
+const LAST = Symbol("narad.lastAnswer");
 type Counted = Duplex & {
   [PENDING]?: number;
-  [LAST]?: { req: IncomingMessage; res: ServerResponse };
+  [LAST]?: ServerResponse;
   /** End the connection once this few answers are still pending (set by a parse error). */
   naradEndAt?: number;
 };
@@ -132,7 +132,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     inFlight++;
     const socket = req.socket as Counted;
     socket[PENDING] = (socket[PENDING] ?? 0) + 1;
-    socket[LAST] = { req, res };
+    socket[LAST] = res; // no object per request: the request is res.req
     res.once("close", () => {
       inFlight--;
       if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
@@ -183,12 +183,12 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const pending = socket[PENDING] ?? 0;
     const last = socket[LAST];
     if (pending > 0 && last !== undefined) {
-      if (!last.req.complete && pending === 1 && !last.res.headersSent) {
+      if (!last.req.complete && pending === 1 && !last.headersSent) {
         // The error is in the body of the one request in flight, which therefore never ran:
         // it is that request's answer.
-        last.res.setHeader("connection", "close");
-        last.res.once("finish", () => socket.destroy());
-        sendError(last.res, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`));
+        last.setHeader("connection", "close");
+        last.once("finish", () => socket.destroy());
+        sendError(last, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`));
         return;
       }
       // Earlier requests on this connection are still being answered: let them finish, then
