@@ -261,6 +261,9 @@ export class Broker {
     this.assertOpen();
     const name = req.name;
     if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
+    if ((req.replication_factor ?? 1) > 1) {
+      throw new NaradError("invalid_argument", "replication_factor above 1 needs a cluster (--control-plane): a single node keeps one copy of each partition.");
+    }
     this.creating.add(name);
     try {
       const meta: TopicMeta = {
@@ -269,6 +272,8 @@ export class Broker {
         partitions: req.partitions ?? this.opts.defaultPartitions,
         visibility_timeout_ms: req.visibility_timeout_ms ?? this.opts.defaultVisibilityTimeoutMs,
         retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
+        replication_factor: 1,
+        acks: "leader",
         owner,
         children: [],
         parent: null,
@@ -294,6 +299,7 @@ export class Broker {
       if (req.partitions !== undefined && req.partitions < t.meta.partitions) {
         throw new NaradError("partitions_decrease", `Topic ${name} has ${t.meta.partitions} partitions; partitions can only grow.`);
       }
+      if (req.acks === "quorum") throw new NaradError("invalid_argument", 'acks "quorum" needs replication_factor 2 or more; this topic keeps one copy.');
       const next: TopicMeta = {
         ...t.meta,
         partitions: req.partitions ?? t.meta.partitions,
@@ -563,6 +569,11 @@ export class Broker {
         const r = records.get(x.offset);
         if (r === undefined) {
           p.release(x.offset, x.tag, x.offset >= p.log.earliestOffset);
+        } else if (r.control === true) {
+          // A replicated partition's epoch marker whose ack did not reach this node before it
+          // became the leader: no message, settled here and never delivered.
+          p.release(x.offset, x.tag, true);
+          p.acks.ack(x.offset);
         } else if (out.length + keep.length > 0 && budget - r.payload.length < 0) {
           p.release(x.offset, x.tag, false); // over this answer's byte budget: next time
         } else {
@@ -658,7 +669,9 @@ export class Broker {
     const from = Math.max(offset, earliest);
     const records = this.faults.replayPage(from < end ? await p.log.read(from, Math.min(limit, end - from), this.opts.consumeBytesMax) : []);
     const nextOffset = records.length > 0 ? records[records.length - 1]!.offset + 1 : Math.min(from, Math.max(end, earliest));
-    return { records, nextOffset, earliestOffset: earliest, endOffset: end };
+    // A control record (a replicated partition's epoch marker) is no message: a gap in the page.
+    const messages = records.some((r) => r.control === true) ? records.filter((r) => r.control !== true) : records;
+    return { records: messages, nextOffset, earliestOffset: earliest, endOffset: end };
   }
 
   // ---- housekeeping and shutdown ----------------------------------------------------------------

@@ -277,7 +277,8 @@ export class PartitionCopier {
           }
         }
         if (due.length > 0) {
-          const send = st.stored.size === 0 ? due : due.filter((r) => !st.stored.has(r.offset));
+          // A control record (a replicated partition's epoch marker) is no message: never copied.
+          const send = due.filter((r) => r.control !== true && (st.stored.size === 0 || !st.stored.has(r.offset)));
           try {
             if (send.length > 0) await this.o.sink(link, send);
           } catch (e) {

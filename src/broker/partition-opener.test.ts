@@ -17,6 +17,8 @@ const meta = (incarnation: number): TopicMeta => ({
   partitions: 2,
   visibility_timeout_ms: 30_000,
   retention_ms: 3600_000,
+  replication_factor: 1,
+  acks: "leader",
   owner: null,
   children: [],
   parent: null,

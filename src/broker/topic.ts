@@ -76,6 +76,8 @@ export class Topic {
       partitions: m.partitions,
       visibility_timeout_ms: m.visibility_timeout_ms,
       retention_ms: m.retention_ms,
+      replication_factor: m.replication_factor,
+      acks: m.acks,
       owner: m.owner,
       children: m.children.map(
         (c): ChildJson => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delay_ms }),
@@ -107,6 +109,9 @@ export function parseMeta(j: unknown, name: string): TopicMeta {
     partitions: m.partitions!,
     visibility_timeout_ms: m.visibility_timeout_ms!,
     retention_ms: m.retention_ms!,
+    // One copy on a single node: topic.json files of older builds have neither field.
+    replication_factor: 1,
+    acks: "leader",
     owner: typeof m.owner === "string" ? m.owner : null,
     children: m.children!,
     parent: m.parent && typeof m.parent === "object" && typeof m.parent.topic === "string" ? m.parent : null,

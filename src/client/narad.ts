@@ -38,6 +38,7 @@ import {
   type GrantJson,
   type GrantRequest,
   type GrantsResponse,
+  type PlacementJson,
   type ReplayResponse,
   type TopicJson,
   type TopicsResponse,
@@ -291,6 +292,8 @@ export class Narad {
     if (opts.partitions !== undefined) body.partitions = opts.partitions;
     if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = opts.visibilityTimeoutMs;
     if (opts.retentionMs !== undefined) body.retention_ms = opts.retentionMs;
+    if (opts.replicationFactor !== undefined) body.replication_factor = opts.replicationFactor;
+    if (opts.acks !== undefined) body.acks = opts.acks;
     const res = await this.#call("POST", `${this.#base}/topics`, this.#hJson, JSON.stringify(body), "create topic");
     return toTopic((await res.body.json()) as TopicJson);
   }
@@ -318,6 +321,7 @@ export class Narad {
     if (opts.partitions !== undefined) body.partitions = opts.partitions;
     if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = opts.visibilityTimeoutMs;
     if (opts.retentionMs !== undefined) body.retention_ms = opts.retentionMs;
+    if (opts.acks !== undefined) body.acks = opts.acks;
     this.#visibilityMs.delete(name);
     const res = await this.#call("PATCH", this.#topicPath(name), this.#hJson, JSON.stringify(body), "update topic");
     const t = toTopic((await res.body.json()) as TopicJson);
@@ -923,16 +927,18 @@ export class Narad {
 }
 
 function toTopic(t: TopicJson): Topic {
-  const x = t as TopicJson & { placement?: { partition: number; node: string; epoch: number }[] };
+  const x = t as TopicJson & { placement?: PlacementJson[] };
   return {
     name: t.name,
     partitions: t.partitions,
     visibilityTimeoutMs: t.visibility_timeout_ms ?? DEFAULTS.visibilityTimeoutMs,
     retentionMs: t.retention_ms ?? DEFAULTS.retentionMs,
+    replicationFactor: t.replication_factor ?? 1,
+    acks: t.acks ?? "leader",
     owner: t.owner ?? null,
     children: (t.children ?? []).map(toChild),
     createdAt: t.created_at,
-    placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch })),
+    placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas ?? [p.node], inSync: p.in_sync ?? [p.node] })),
   };
 }
 

@@ -1,7 +1,9 @@
 // Public value types of the SDK: the wire's snake_case JSON in camelCase, units in the names.
 // The conversion happens once, at the edge (src/client/narad.ts), so callers never see the wire.
 
-import type { GrantAction } from "../protocol/wire.js";
+import type { AcksMode, GrantAction } from "../protocol/wire.js";
+
+export type { AcksMode };
 
 export type { GrantAction };
 
@@ -46,8 +48,13 @@ export interface AttachChildOptions {
 
 export interface PartitionPlacement {
   partition: number;
+  /** The owner (the leader of a replicated partition). */
   node: string;
   epoch: number;
+  /** Nodes holding a copy, the leader first. */
+  replicas: string[];
+  /** The replicas holding every record the leader acknowledged. */
+  inSync: string[];
 }
 
 export interface Topic {
@@ -55,6 +62,10 @@ export interface Topic {
   partitions: number;
   visibilityTimeoutMs: number;
   retentionMs: number;
+  /** Copies of each partition (1 unless created with more, in a cluster). */
+  replicationFactor: number;
+  /** What a 202 waits for: the leader's fsync, or a majority of the replicas'. */
+  acks: AcksMode;
   /** The user who created the topic; null when security is off. */
   owner: string | null;
   children: TopicChild[];
@@ -72,6 +83,10 @@ export interface CreateTopicOptions {
   visibilityTimeoutMs?: number;
   /** How long messages are kept, acked or not. Default 7 days. */
   retentionMs?: number;
+  /** Copies of each partition, 1..5 (above 1 needs a cluster). Default 1. */
+  replicationFactor?: number;
+  /** Default "quorum" when replicationFactor is above 1. */
+  acks?: AcksMode;
 }
 
 export interface UpdateTopicOptions {
@@ -79,6 +94,8 @@ export interface UpdateTopicOptions {
   partitions?: number;
   visibilityTimeoutMs?: number;
   retentionMs?: number;
+  /** A replicated topic's acks mode (the factor is fixed at create). */
+  acks?: AcksMode;
 }
 
 /** Where a message of a batch produce was stored. */

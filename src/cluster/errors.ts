@@ -32,9 +32,9 @@ export class ControlPlaneUnavailable extends NaradError {
 
 /**
  * Why a partition move was refused. Suggested HTTP statuses: 400 for same_node and
- * node_unknown, 409 for move_in_progress, not_moving and stale_epoch, 503 for node_down.
+ * node_unknown, 409 for move_in_progress, not_moving, stale_epoch and replicated, 503 for node_down.
  */
-export type MoveRefusal = "same_node" | "node_unknown" | "node_down" | "move_in_progress" | "not_moving" | "stale_epoch";
+export type MoveRefusal = "same_node" | "node_unknown" | "node_down" | "move_in_progress" | "not_moving" | "stale_epoch" | "replicated";
 
 const MOVE_STATUS: Record<MoveRefusal, number> = {
   same_node: 400,
@@ -43,6 +43,8 @@ const MOVE_STATUS: Record<MoveRefusal, number> = {
   move_in_progress: 409,
   not_moving: 409,
   stale_epoch: 409,
+  // Moving one replica of a replicated partition is not built yet (issue 13, part 5).
+  replicated: 409,
 };
 
 export class MoveRefused extends Error {

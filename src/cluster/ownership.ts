@@ -264,6 +264,8 @@ export function toMeta(t: ClusterTopic): ClusterTopicMeta {
     partitions: t.partitions,
     visibility_timeout_ms: t.visibility_timeout_ms,
     retention_ms: t.retention_ms,
+    replication_factor: t.replication_factor,
+    acks: t.acks,
     owner: t.owner,
     children: t.children as ChildLink[],
     parent: null,

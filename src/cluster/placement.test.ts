@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { placePartitions } from "./placement.js";
+import { placePartitions, placeReplicaSets } from "./placement.js";
 
 test("placement: least loaded first, ties by node id, counting its own choices", () => {
   assert.deepEqual(placePartitions([{ nodeId: "c", owned: 0 }, { nodeId: "a", owned: 0 }, { nodeId: "b", owned: 0 }], 5), ["a", "b", "c", "a", "b"]);
@@ -23,4 +23,13 @@ test("placement: the result is balanced whatever the starting load", () => {
     const min = Math.min(...load.values());
     for (const id of new Set(out)) assert.ok(load.get(id)! <= min + 1, `seed ${seed}: ${id} overloaded`);
   }
+});
+
+test("replica sets: distinct nodes, least loaded first, leaders spread, too few nodes refused", () => {
+  const nodes = [{ nodeId: "c", owned: 0 }, { nodeId: "a", owned: 0 }, { nodeId: "b", owned: 0 }];
+  assert.deepEqual(placeReplicaSets(nodes, 3, 3), [["a", "b", "c"], ["a", "b", "c"], ["a", "b", "c"]]);
+  assert.deepEqual(placeReplicaSets(nodes, 3, 2), [["a", "b"], ["c", "a"], ["b", "c"]]);
+  assert.deepEqual(placeReplicaSets([{ nodeId: "a", owned: 5 }, { nodeId: "b", owned: 0 }, { nodeId: "c", owned: 1 }], 1, 2), [["b", "c"]]);
+  assert.throws(() => placeReplicaSets(nodes, 1, 4), /3 live nodes for 4 replicas/);
+  for (const set of placeReplicaSets(nodes, 20, 3)) assert.equal(new Set(set).size, 3);
 });

@@ -88,6 +88,24 @@ CREATE TABLE narad.users (
 );
 `,
   },
+  {
+    version: 2,
+    name: "replicated partitions: replication factor and acks per topic, replica sets and in-sync replicas per partition",
+    sql: `
+ALTER TABLE narad.topics
+  ADD COLUMN replication_factor integer NOT NULL DEFAULT 1 CHECK (replication_factor BETWEEN 1 AND 5),
+  ADD COLUMN acks text NOT NULL DEFAULT 'leader' CHECK (acks IN ('leader', 'quorum'));
+-- replicas: node ids, the leader (node_id) first; in_sync: the replicas holding every record
+-- the leader acknowledged. Rows of migration 1 hold one copy: replicas = in_sync = {node_id}.
+ALTER TABLE narad.partitions
+  ADD COLUMN replicas text[] NOT NULL DEFAULT '{}',
+  ADD COLUMN in_sync text[] NOT NULL DEFAULT '{}';
+UPDATE narad.partitions SET replicas = ARRAY[node_id], in_sync = ARRAY[node_id];
+ALTER TABLE narad.partitions
+  ADD CONSTRAINT partitions_leader_first CHECK (replicas[1] = node_id),
+  ADD CONSTRAINT partitions_in_sync_replicas CHECK (in_sync <@ replicas);
+`,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

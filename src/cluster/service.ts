@@ -37,7 +37,7 @@
 
 import { randomBytes } from "node:crypto";
 import { NaradError, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
-import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, type ChildJson, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
+import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, defaultAcks, type ChildJson, type PlacementJson, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import { messagesBytesEstimate, type Broker, type Delivery, type ProduceItem, type ReplayResult, type SettleAction } from "../broker/broker.js";
 import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
@@ -196,7 +196,7 @@ export class ClusterService implements Service {
     return p;
   }
 
-  topicJson(t: ClusterTopic): TopicJson & { placement: { partition: number; node: string; epoch: number }[] } {
+  topicJson(t: ClusterTopic): TopicJson & { placement: PlacementJson[] } {
     let parent: TopicJson["parent"] = null;
     for (const x of this.o.cp.topics()) {
       const c = (x.children as ChildLink[]).find((l) => l.topic === t.name && l.kind !== "remote");
@@ -207,11 +207,13 @@ export class ClusterService implements Service {
       partitions: t.partitions,
       visibility_timeout_ms: t.visibility_timeout_ms,
       retention_ms: t.retention_ms,
+      replication_factor: t.replication_factor,
+      acks: t.acks,
       owner: t.owner,
       children: publicChildren(t.children as ChildLink[]),
       parent,
       created_at: t.created_at,
-      placement: (this.o.cp.placement(t.name) ?? []).map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch })),
+      placement: (this.o.cp.placement(t.name) ?? []).map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas, in_sync: p.inSync })),
     };
   }
 
@@ -234,6 +236,8 @@ export class ClusterService implements Service {
         partitions: req.partitions ?? this.o.defaultPartitions,
         visibility_timeout_ms: req.visibility_timeout_ms ?? this.o.defaultVisibilityTimeoutMs,
         retention_ms: req.retention_ms ?? this.o.defaultRetentionMs,
+        replication_factor: req.replication_factor ?? 1,
+        acks: req.acks ?? defaultAcks(req.replication_factor ?? 1),
         owner,
       }),
     );
@@ -242,7 +246,7 @@ export class ClusterService implements Service {
   }
 
   async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
-    await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms }));
+    await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms, acks: req.acks }));
     const targets = [`topic:${name}`];
     // A replica grows with its parent, its new partitions kept off the parent's nodes.
     const t = this.o.cp.topic(name);

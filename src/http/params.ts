@@ -5,7 +5,7 @@
 
 import type { SettleAction } from "../broker/broker.js";
 import { NaradError } from "../protocol/errors.js";
-import { LIMITS, TOPIC_NAME_RE } from "../protocol/wire.js";
+import { LIMITS, TOPIC_NAME_RE, type AcksMode } from "../protocol/wire.js";
 
 /**
  * A value as an error message may show it: short, and never walked (a 20 000-deep JSON value
@@ -69,6 +69,14 @@ export function optInt(o: Record<string, unknown>, field: string, min: number, m
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min || v > max) {
     throw new NaradError("invalid_argument", `${field} must be an integer from ${min} to ${max}, not ${shown(v)}.`);
   }
+  return v;
+}
+
+/** An optional `acks` field: "leader" or "quorum". */
+export function optAcks(o: Record<string, unknown>): AcksMode | undefined {
+  const v = o.acks;
+  if (v === undefined) return undefined;
+  if (v !== "leader" && v !== "quorum") throw new NaradError("invalid_argument", `acks must be "leader" or "quorum", not ${shown(v)}.`);
   return v;
 }
 

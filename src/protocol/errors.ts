@@ -137,6 +137,16 @@ export const ERRORS = {
     definite: false,
     message: "The owner lost its lease on the partition while the write was in flight; the message may or may not be stored.",
   },
+  no_quorum: {
+    status: 503,
+    definite: false,
+    message: "A majority of the partition's replicas did not confirm the write in time; it may be stored on the leader. Retry (an idempotent producer re-sends it safely).",
+  },
+  not_enough_nodes: {
+    status: 503,
+    definite: true,
+    message: "Fewer nodes are live than the replication factor asks for; start more nodes or ask for fewer copies.",
+  },
   forward_failed: {
     status: 502,
     definite: false,

@@ -31,6 +31,8 @@ export const LIMITS = {
   retentionMsMin: 1000,
   retentionMsMax: 10 * 365 * 24 * 3600 * 1000,
   keyBytesMax: 4096,
+  /** Copies of each partition a topic may keep (SPEC "Replicated partitions"). */
+  replicationFactorMax: 5,
 } as const;
 
 export const DEFAULTS = {
@@ -74,7 +76,19 @@ export interface TopicSettingsJson {
   retention_ms: number;
 }
 
-export interface TopicJson extends TopicSettingsJson {
+/** What a 202 waits for on a replicated topic: the leader's fsync, or a majority's. */
+export type AcksMode = "leader" | "quorum";
+export const ACKS_MODES: readonly AcksMode[] = ["leader", "quorum"];
+
+/** Replication settings: every topic shows them; a factor above 1 needs a cluster. */
+export interface ReplicationJson {
+  /** Copies of each partition, leader included (1..LIMITS.replicationFactorMax). */
+  replication_factor: number;
+  /** "quorum" by default when the factor is above 1; "leader" with one copy. */
+  acks: AcksMode;
+}
+
+export interface TopicJson extends TopicSettingsJson, ReplicationJson {
   name: string;
   owner: string | null;
   children: ChildJson[];
@@ -83,11 +97,29 @@ export interface TopicJson extends TopicSettingsJson {
   created_at: number;
 }
 
-export interface CreateTopicRequest extends Partial<TopicSettingsJson> {
+/** One partition's entry of a cluster topic's `placement`. */
+export interface PlacementJson {
+  partition: number;
+  /** The owner: the leader of a replicated partition. */
+  node: string;
+  epoch: number;
+  /** Node ids holding a copy, the leader first. */
+  replicas: string[];
+  /** The replicas holding every record the leader acknowledged. */
+  in_sync: string[];
+}
+
+export interface CreateTopicRequest extends Partial<TopicSettingsJson>, Partial<ReplicationJson> {
   name: string;
 }
 
-export type UpdateTopicRequest = Partial<TopicSettingsJson>;
+/** PATCH: settings, more partitions, and the acks mode (the factor is fixed at create). */
+export type UpdateTopicRequest = Partial<TopicSettingsJson> & { acks?: AcksMode };
+
+/** The acks a topic gets when the create names none. */
+export function defaultAcks(replicationFactor: number): AcksMode {
+  return replicationFactor > 1 ? "quorum" : "leader";
+}
 
 export interface ProduceResult {
   partition: number;

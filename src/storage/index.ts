@@ -14,3 +14,4 @@ export { realFs, type StorageFs, type DirEntry, type FsCallback } from "./fs.js"
 export { openPartitionLog, FilePartitionLog, type LogStats } from "./partition-log.js";
 export { openAckLog, FileAckLog, type AckLogRecovery, type AckLogStats, ACK_LOG_FILE, ACK_SNAPSHOT_FILE } from "./ack-log.js";
 export { PAYLOAD_BYTES_MAX, KEY_BYTES_MAX, recordBytes } from "./record.js";
+export { truncateLogDir, resetLogDir, type TruncateReport } from "./truncate.js";

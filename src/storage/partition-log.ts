@@ -277,7 +277,7 @@ export class FilePartitionLog implements PartitionLog {
     for (let i = 0; i < n; i++) {
       const r = records[i]!;
       seg.pushPosition(segPosAtStart + p);
-      p = encodeRecord(stage, p, baseOffset + i, producedAtMs, r.key, r.payload);
+      p = encodeRecord(stage, p, baseOffset + i, producedAtMs, r.key, r.payload, r.control === true);
     }
     assert.equal(p - start, total);
     const last = this.groups.length > 0 ? this.groups[this.groups.length - 1]! : null;

@@ -15,14 +15,22 @@
 //   8       u8    version        RECORD_VERSION (1); anything else is corruption
 //   9       u64   offset         as u32 low, u32 high (offsets stay below 2^53)
 //   17      u64   producedAtMs   as u32 low, u32 high (ms since the epoch, >= 0)
-//   25      i32   keyBytes       -1 = no key (null); 0 = empty key
+//   25      i32   keyBytes       -1 = no key (null); 0 = empty key; -2 = a control record (below)
 //   29      ...   key bytes, then payload bytes (payloadBytes = frameBytes - 21 - max(keyBytes, 0))
+//
+// A control record (keyBytes -2, no key, empty payload) is not a message: it is the epoch marker
+// a new leader of a replicated partition appends as its first record (src/cluster/replication),
+// so that its whole log commits once a majority holds it. Delivery, replay and the copies to
+// child topics skip it; it takes an offset like any record. Builds before replication read it
+// as damage (a format they do not know).
 
 import assert from "node:assert/strict";
 import { crc32c } from "@node-rs/crc32";
 import { LIMITS } from "../protocol/wire.js";
 
 export const RECORD_VERSION = 1;
+/** keyBytes of a control record. */
+export const CONTROL_KEY_BYTES = -2;
 /** Bytes before the key: length, crc, version, offset, producedAtMs, key length. */
 export const HEADER_BYTES = 29;
 /** The part of the header covered by frameBytes (everything after the crc field, minus key/payload). */
@@ -71,7 +79,9 @@ export function encodeRecord(
   producedAtMs: number,
   key: Buffer | null,
   payload: Buffer,
+  control = false,
 ): number {
+  assert.ok(!control || (key === null && payload.length === 0), "a control record has no key and no payload");
   const keyBytes = key === null ? 0 : key.length;
   const frameBytes = FRAME_FIXED_BYTES + keyBytes + payload.length;
   buf.writeUInt32LE(frameBytes, pos);
@@ -80,7 +90,7 @@ export function encodeRecord(
   buf.writeUInt32LE(Math.floor(offset / TWO_POW_32), pos + 13);
   buf.writeUInt32LE(producedAtMs >>> 0, pos + 17);
   buf.writeUInt32LE(Math.floor(producedAtMs / TWO_POW_32), pos + 21);
-  buf.writeInt32LE(key === null ? -1 : keyBytes, pos + 25);
+  buf.writeInt32LE(control ? CONTROL_KEY_BYTES : key === null ? -1 : keyBytes, pos + 25);
   let p = pos + HEADER_BYTES;
   // set() rather than Buffer#copy: no argument juggling on the per-record path.
   if (key !== null) {
@@ -137,7 +147,9 @@ export function checkFrame(buf: Buffer, pos: number, end: number): number {
   if (frameBytes < FRAME_FIXED_BYTES || frameBytes > FRAME_BYTES_MAX) return FRAME_BAD_LENGTH;
   if (buf[pos + 8] !== RECORD_VERSION) return FRAME_BAD_VERSION;
   const keyBytes = buf.readInt32LE(pos + 25);
-  if (keyBytes < -1 || keyBytes > FRAME_KEY_BYTES_MAX || FRAME_FIXED_BYTES + Math.max(keyBytes, 0) > frameBytes) {
+  if (keyBytes === CONTROL_KEY_BYTES) {
+    if (frameBytes !== FRAME_FIXED_BYTES) return FRAME_BAD_KEY_LENGTH;
+  } else if (keyBytes < -1 || keyBytes > FRAME_KEY_BYTES_MAX || FRAME_FIXED_BYTES + Math.max(keyBytes, 0) > frameBytes) {
     return FRAME_BAD_KEY_LENGTH;
   }
   if (frameBytes - FRAME_FIXED_BYTES - Math.max(keyBytes, 0) > PAYLOAD_BYTES_MAX) return FRAME_BAD_LENGTH;
@@ -164,10 +176,13 @@ export function decodeFrame(
   buf: Buffer,
   pos: number,
   recordSize: number,
-): { offset: number; producedAtMs: number; key: Buffer | null; payload: Buffer } {
+): { offset: number; producedAtMs: number; key: Buffer | null; payload: Buffer; control?: true } {
   const keyBytes = buf.readInt32LE(pos + 25);
   const keyStart = pos + HEADER_BYTES;
   const payloadStart = keyStart + Math.max(keyBytes, 0);
+  if (keyBytes === CONTROL_KEY_BYTES) {
+    return { offset: frameOffset(buf, pos), producedAtMs: frameProducedAtMs(buf, pos), key: null, payload: buf.subarray(payloadStart, payloadStart), control: true };
+  }
   return {
     offset: frameOffset(buf, pos),
     producedAtMs: frameProducedAtMs(buf, pos),

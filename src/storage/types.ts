@@ -13,11 +13,15 @@ export interface StoredRecord {
   producedAtMs: number;
   key: Buffer | null;
   payload: Buffer;
+  /** A control record (record.ts): a replicated partition's epoch marker, never a message. */
+  control?: true;
 }
 
 export interface AppendInput {
   key: Buffer | null;
   payload: Buffer;
+  /** Appends a control record (key null, payload empty). */
+  control?: true;
 }
 
 export interface StorageOptions {

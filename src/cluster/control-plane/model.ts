@@ -4,7 +4,7 @@
 // cached view. The rows PostgreSQL returns, and their conversion into these, are in ./rows.ts.
 
 import { NaradError } from "../../protocol/errors.js";
-import type { ChildJson, TopicJson, TopicSettingsJson, UpdateTopicRequest } from "../../protocol/wire.js";
+import type { ChildJson, ReplicationJson, TopicJson, TopicSettingsJson, UpdateTopicRequest } from "../../protocol/wire.js";
 import type { StoredUser } from "../../auth/user-store-api.js";
 
 export type NodeState = "live" | "down";
@@ -36,17 +36,21 @@ export type PartitionState = "serving" | "moving";
 export interface PartitionPlacement {
   topic: string;
   partition: number;
-  /** The owner: the only node whose log holds this partition. */
+  /** The owner (the leader of a replicated partition): it takes every produce, consume and ack. */
   node: string;
   /** Raised by every change of owner; a node writes only at the epoch it opened the partition with. */
   epoch: number;
   state: PartitionState;
   /** The node a move in progress copies to. */
   moveTo: string | null;
+  /** Nodes holding a copy, the owner first (one entry for a topic with one copy). */
+  replicas: string[];
+  /** The replicas holding every record the owner acknowledged (the owner always). */
+  inSync: string[];
   version: number;
 }
 
-export interface NewTopic extends TopicSettingsJson {
+export interface NewTopic extends TopicSettingsJson, Partial<ReplicationJson> {
   name: string;
   owner: string | null;
   /** Random in [1, 2^32) when absent. */

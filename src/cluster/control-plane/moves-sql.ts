@@ -28,6 +28,9 @@ export async function beginMove(write: Write, topic: string, partition: number, 
       throw new MoveRefused("move_in_progress", `${topic}/${partition} is being moved to ${p.move_to} already; complete or abort that move first.`);
     }
     if (p.node_id === toNode) throw new MoveRefused("same_node", `${topic}/${partition} is on ${toNode} already.`);
+    if (p.replicas.length > 1) {
+      throw new MoveRefused("replicated", `${topic}/${partition} is replicated on ${p.replicas.join(", ")}; moving one replica is not supported yet (its copies survive the loss of a minority of them).`);
+    }
     const n = await c.query<{ id: string; live: boolean }>("SELECT id, lease_expires_at > clock_timestamp() AS live FROM narad.nodes WHERE id = ANY($1)", [[p.node_id, toNode]]);
     const target = n.rows.find((x) => x.id === toNode);
     if (target === undefined) throw new MoveRefused("node_unknown", `No node ${JSON.stringify(toNode)} is registered.`);
@@ -47,7 +50,7 @@ export async function beginMove(write: Write, topic: string, partition: number, 
 export async function completeMove(write: Write, topic: string, partition: number, toNode: string, expectedEpoch: number): Promise<void> {
   await write([`topic:${topic}`], async (c) => {
     const r = await c.query(
-      `UPDATE narad.partitions SET node_id = move_to, epoch = epoch + 1, state = 'serving', move_to = NULL, version = nextval('narad.change_seq')
+      `UPDATE narad.partitions SET node_id = move_to, replicas = ARRAY[move_to], in_sync = ARRAY[move_to], epoch = epoch + 1, state = 'serving', move_to = NULL, version = nextval('narad.change_seq')
         WHERE topic = $1 AND partition = $2 AND epoch = $3 AND state = 'moving' AND move_to = $4
           AND EXISTS (SELECT 1 FROM narad.nodes n WHERE n.id = $4 AND n.lease_expires_at > clock_timestamp())`,
       [topic, partition, expectedEpoch, toNode],

@@ -5,7 +5,7 @@
 
 import type { Grant } from "../../auth/model.js";
 import type { PasswordHash } from "../../auth/user-store-api.js";
-import type { ChildJson } from "../../protocol/wire.js";
+import type { AcksMode, ChildJson } from "../../protocol/wire.js";
 import type { ClusterNode, ClusterTopic, PartitionPlacement, PartitionState, UserEntry } from "./model.js";
 
 export const NOTIFY_CHANNEL = "narad_changes";
@@ -27,6 +27,8 @@ export interface TopicRow {
   partitions: number;
   visibility_timeout_ms: string;
   retention_ms: string;
+  replication_factor: number;
+  acks: AcksMode;
   owner: string | null;
   children: ChildJson[];
   created_at: string;
@@ -40,6 +42,8 @@ export interface PartitionRow {
   epoch: string;
   state: PartitionState;
   move_to: string | null;
+  replicas: string[];
+  in_sync: string[];
   version: string;
 }
 
@@ -53,8 +57,8 @@ export interface UserRow {
 
 export const NODE_COLUMNS = `id, node_number, advertise_url, boot_id, state, lease_expires_at > now() AS live,
   (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms, version`;
-export const TOPIC_COLUMNS = "name, incarnation, partitions, visibility_timeout_ms, retention_ms, owner, children, created_at, version";
-export const PARTITION_COLUMNS = "topic, partition, node_id, epoch, state, move_to, version";
+export const TOPIC_COLUMNS = "name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, children, created_at, version";
+export const PARTITION_COLUMNS = "topic, partition, node_id, epoch, state, move_to, replicas, in_sync, version";
 export const USER_COLUMNS = "name, password, grants, created_at, version";
 
 export function toNode(r: NodeRow): ClusterNode {
@@ -77,6 +81,8 @@ export function toTopic(r: TopicRow): ClusterTopic {
     partitions: r.partitions,
     visibility_timeout_ms: Number(r.visibility_timeout_ms),
     retention_ms: Number(r.retention_ms),
+    replication_factor: r.replication_factor,
+    acks: r.acks,
     owner: r.owner,
     children: r.children,
     created_at: Number(r.created_at),
@@ -92,6 +98,8 @@ export function toPlacement(r: PartitionRow): PartitionPlacement {
     epoch: Number(r.epoch),
     state: r.state,
     moveTo: r.move_to,
+    replicas: r.replicas,
+    inSync: r.in_sync,
     version: Number(r.version),
   };
 }

@@ -8,7 +8,7 @@ import { NaradError } from "../../protocol/errors.js";
 import { LIMITS, TOPIC_NAME_RE } from "../../protocol/wire.js";
 import { authorize } from "../authz.js";
 import { readJson } from "../body.js";
-import { asObject, onlyFields, optInt, shown, topicParam } from "../params.js";
+import { asObject, onlyFields, optAcks, optInt, shown, topicParam } from "../params.js";
 import { sendEmpty, sendJson } from "../respond.js";
 import type { RouteDeps } from "../router.js";
 
@@ -22,13 +22,20 @@ export function topicRoutes({ on, svc }: RouteDeps): void {
     if (ctx.principal !== null && !allows(ctx.principal, "create", name)) {
       throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
     }
-    onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms"]);
+    onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms", "replication_factor", "acks"]);
+    const replicationFactor = optInt(body, "replication_factor", 1, LIMITS.replicationFactorMax);
+    const acks = optAcks(body);
+    if (acks === "quorum" && (replicationFactor ?? 1) === 1) {
+      throw new NaradError("invalid_argument", 'acks "quorum" needs replication_factor 2 or more (with one copy, the leader\'s fsync is the only one).');
+    }
     const topic = await svc.createTopic(
       {
         name,
         partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
         visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
         retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
+        replication_factor: replicationFactor,
+        acks,
       },
       ctx.principal?.name ?? null,
     );
@@ -41,8 +48,9 @@ export function topicRoutes({ on, svc }: RouteDeps): void {
   on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
-    onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms"]);
+    onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms", "acks"]);
     const topic = await svc.updateTopic(name, {
+      acks: optAcks(body),
       partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
       visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
       retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
