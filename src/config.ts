@@ -37,6 +37,7 @@ export const SETTINGS: Setting[] = [
   { key: "cluster.sync_timeout_ms", kind: "int", min: 0, max: 60_000, default: 1000, help: "cluster: a topic or user change waits this long for the other nodes to see it" },
   { key: "cluster.move_freeze_timeout_ms", kind: "int", min: 1000, max: 3_600_000, default: 60_000, help: "cluster: a partition frozen for a move this long by a move that did not finish is given back" },
   { key: "cluster.move_timeout_ms", kind: "int", min: 1000, max: 86_400_000, default: 600_000, help: "cluster: the longest a partition move may take" },
+  { key: "replication.ack_timeout_ms", kind: "int", min: 10, max: 600_000, default: 5000, help: "cluster: a write to a replicated partition waits this long for its acks mode (a majority with quorum), then answers 503 no_quorum" },
   { key: "storage.segment_bytes", kind: "int", min: 4096, max: 1024 * MiB, default: 64 * MiB, help: "roll a segment at this size" },
   { key: "storage.segment_ms", kind: "int", min: 100, max: 7 * 24 * 3600_000, default: 3600_000, help: "roll a segment when its first record is this old" },
   { key: "storage.ack_flush_interval_ms", kind: "int", min: 1, max: 60_000, default: DEFAULTS.ackFlushIntervalMs, help: "write buffered acks to the OS this often" },

@@ -23,6 +23,7 @@ import { UserStore } from "./auth/store.js";
 import { ControlPlane } from "./cluster/control-plane.js";
 import { ClusterUsers } from "./cluster/users.js";
 import { Mover } from "./cluster/moves.js";
+import { Replication } from "./cluster/replication/replication.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
 import { ClusterService } from "./cluster/service.js";
@@ -206,6 +207,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   let ownership: Ownership | undefined;
   let peers: Peers | undefined;
   let service: ClusterService | undefined;
+  let replication: Replication | undefined;
   try {
     const users: UserStoreApi = new ClusterUsers(cp, (t) => service?.barrier(t) ?? Promise.resolve());
     broker = await Broker.open({
@@ -216,6 +218,10 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       cluster: {
         ownsPartition: (t, p, e) => cp.ownsPartition(t, p, e),
         copyToChild: (child, records, partition) => service!.copyToChild(child, records, partition),
+        replicate: {
+          prepare: (t, p) => replication!.hook.prepare(t, p),
+          wrap: (r) => replication!.hook.wrap(r),
+        },
       },
     });
     ownership = new Ownership({
@@ -237,6 +243,17 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       timeoutMs: cfg["cluster.forward_timeout_ms"] as number,
       connections: cfg["cluster.forward_connections"] as number,
     });
+    replication = new Replication({
+      cp,
+      broker,
+      peers,
+      nodeId: identity.nodeId,
+      clock: systemClock,
+      logger: log,
+      ackTimeoutMs: cfg["replication.ack_timeout_ms"] as number,
+      ackShipIntervalMs: brokerOptions.ackFlushIntervalMs,
+    });
+    ownership.replicas = replication;
     service = new ClusterService({
       cp,
       broker,
@@ -266,21 +283,24 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     });
     if (!dev) await bootstrapAdmin(users, env, log);
     await ownership.start();
+    replication.start();
     const http = createHttpServer({
       ...httpCommon,
       service,
       users,
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
-      cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover }) },
+      cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover, replication }) },
       server: bare,
     });
     http.setReady(true);
     const b = broker;
     const o = ownership;
     const pe = peers;
+    const rep = replication;
     const run = running(http, urlOf(bare), identity, dataDir, lock, logger, log, cfg, async () => {
       o.close();
+      await rep.close();
       await b.close();
       await pe.close();
       await cp.close();
@@ -294,6 +314,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     return run;
   } catch (e) {
     ownership?.close();
+    await replication?.close().catch(() => undefined);
     await broker?.close().catch(() => undefined);
     await peers?.close().catch(() => undefined);
     await cp.close().catch(() => undefined);

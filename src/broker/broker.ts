@@ -40,7 +40,7 @@ import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, type ChildJson, type CreateTopicRequest, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
-import type { StoredRecord } from "../storage/types.js";
+import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
 import type { StorageFs } from "../storage/index.js";
 import { ChildLinks } from "./child-links.js";
 import { NO_REMOTE_SINK, type ChildLink, type RemoteSink } from "./children.js";
@@ -105,6 +105,27 @@ export interface BrokerCluster {
    * there. With `partition`, into exactly that partition (a replica keeps its parent's partitions).
    */
   copyToChild(child: string, records: StoredRecord[], partition?: number): Promise<void>;
+  /**
+   * Wraps an owned partition of a replicated topic as it opens (src/cluster/replication): its
+   * appends ship to the followers, its `syncedOffset` is what the acks mode lets be acknowledged
+   * and seen, and its acks reach the followers. `onVisible` is called when more becomes visible
+   * without a produce of this node waiting for it.
+   */
+  replicate?: {
+    /** Before an owned replicated partition's files open here: a follower's copy of them closes. */
+    prepare(topic: string, partition: number): Promise<void>;
+    wrap(o: ReplicateRequest): Promise<{ log: PartitionLog; acks: AckLog }>;
+  };
+}
+
+export interface ReplicateRequest {
+  meta: TopicMeta;
+  partition: number;
+  epoch: number;
+  dir: string;
+  log: PartitionLog;
+  acks: AckLog;
+  onVisible: () => void;
 }
 
 /**
@@ -198,6 +219,25 @@ export class Broker {
         consumerOffsetCommitIntervalMs: opts.consumerOffsetCommitIntervalMs,
         powerLoss: opts.powerLoss,
         fs: opts.storageFs,
+        replicate:
+          opts.cluster?.replicate === undefined
+            ? undefined
+            : {
+                prepare: (t, i) => opts.cluster!.replicate!.prepare(t.meta.name, i),
+                wrap: (t, i, epoch, dir, log, acks) =>
+                  opts.cluster!.replicate!.wrap({
+                    meta: t.meta,
+                    partition: i,
+                    epoch,
+                    dir,
+                    log,
+                    acks,
+                    onVisible: () => {
+                      this.wake(t);
+                      if (t.meta.children.length > 0) t.copiers[i]?.kick();
+                    },
+                  }),
+              },
       },
       (t, i) => this.links.sinkFor(t, i),
     );
@@ -429,6 +469,9 @@ export class Broker {
     try {
       await Promise.all(durables); // fsync before 202 (docs/architecture.md)
     } catch (e) {
+      // A replicated partition answers for its copies (no_quorum: the followers did not confirm
+      // in time); anything else is this node's disk.
+      if (e instanceof NaradError) throw e;
       this.log.error({ err: (e as Error).message, topic: t.meta.name }, "append failed");
       throw new NaradError("storage_failed");
     } finally {

@@ -12,6 +12,7 @@ import assert from "node:assert/strict";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { AckLog, PartitionLog } from "../storage/index.js";
 import type { ChildLinks } from "./child-links.js";
 import type { MetadataStore } from "./metadata.js";
 import type { Partition } from "./partition.js";
@@ -152,6 +153,14 @@ export class ClusterTopics {
     } catch {
       return false;
     }
+  }
+
+  /**
+   * Opens a partition's log and ack log in its directory without serving it: a follower replica
+   * of a replicated partition (src/cluster/replication), which only the leader writes to.
+   */
+  openReplicaFiles(name: string, incarnation: number, partition: number): Promise<{ log: PartitionLog; acks: AckLog }> {
+    return this.o.partitions.openFiles(this.partitionDir(name, incarnation, partition), this.o.logger.child({ topic: name, partition, replica: "follower" }));
   }
 
   /** A partition's directory on this node. */

@@ -15,7 +15,7 @@ import type { Logger } from "pino";
 import type { Clock } from "../platform/clock.js";
 import type { Scheduler } from "../platform/scheduler.js";
 import { CURSOR_FILE_NAME, CursorFile } from "../storage/cursor-file.js";
-import { openAckLog, openPartitionLog, type StorageFs } from "../storage/index.js";
+import { openAckLog, openPartitionLog, type AckLog, type PartitionLog, type StorageFs } from "../storage/index.js";
 import { PartitionCopier, type CopySink } from "./children.js";
 import type { BrokerFaults } from "./faults.js";
 import { Partition } from "./partition.js";
@@ -33,6 +33,15 @@ export interface PartitionStorageOptions {
   powerLoss: boolean;
   /** The filesystem of the partition's files (default node:fs). */
   fs?: StorageFs;
+  /**
+   * Cluster mode: wraps an owned partition of a replicated topic (replication_factor above 1) so
+   * that its appends and acks reach its followers (src/cluster/replication).
+   */
+  replicate?: {
+    /** Before the files open: a follower replica of the same files is closed first. */
+    prepare(t: Topic, i: number): Promise<void>;
+    wrap(t: Topic, i: number, epoch: number, dir: string, log: PartitionLog, acks: AckLog): Promise<{ log: PartitionLog; acks: AckLog }>;
+  };
 }
 
 export class PartitionOpener {
@@ -45,12 +54,13 @@ export class PartitionOpener {
     private readonly sinkFor: (t: Topic, i: number) => CopySink,
   ) {}
 
-  /** Opens partition i of t at `epoch` (0 on a single node). */
-  async open(t: Topic, i: number, epoch: number): Promise<void> {
+  /**
+   * Opens the log and ack log in a partition directory (created if need be). A follower replica of
+   * a replicated partition keeps the same files (src/cluster/replication), opened through here.
+   */
+  async openFiles(pdir: string, logger: Logger): Promise<{ log: PartitionLog; acks: AckLog }> {
     const o = this.o;
-    const pdir = join(t.dir, "partitions", String(i));
     await mkdir(pdir, { recursive: true });
-    const logger = o.logger.child({ topic: t.meta.name, partition: i });
     const log = await openPartitionLog(pdir, {
       clock: o.clock,
       logger,
@@ -64,16 +74,44 @@ export class PartitionOpener {
     if (r.truncatedBytes > 0 || r.corruptRecords.length > 0 || r.rebuiltIndexes.length > 0) {
       logger.warn({ recovery: r }, "partition recovered");
     }
-    const acks = await openAckLog(pdir, {
-      clock: o.clock,
-      logger,
-      ackFlushIntervalMs: o.ackFlushIntervalMs,
-      ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
-      powerLoss: o.powerLoss,
-      scheduler: o.scheduler,
-      fs: o.fs,
-    });
-    const part = new Partition(i, o.faults.openedLog(log), o.faults.openedAcks(acks), epoch, this.firstTag(t, i));
+    let acks: AckLog;
+    try {
+      acks = await openAckLog(pdir, {
+        clock: o.clock,
+        logger,
+        ackFlushIntervalMs: o.ackFlushIntervalMs,
+        ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
+        powerLoss: o.powerLoss,
+        scheduler: o.scheduler,
+        fs: o.fs,
+      });
+    } catch (e) {
+      await log.close().catch(() => undefined);
+      throw e;
+    }
+    return { log, acks };
+  }
+
+  /** Opens partition i of t at `epoch` (0 on a single node). */
+  async open(t: Topic, i: number, epoch: number): Promise<void> {
+    const o = this.o;
+    const pdir = join(t.dir, "partitions", String(i));
+    const logger = o.logger.child({ topic: t.meta.name, partition: i });
+    const replicated = o.replicate !== undefined && t.meta.replication_factor > 1;
+    if (replicated) await o.replicate!.prepare(t, i);
+    const files = await this.openFiles(pdir, logger);
+    let log = o.faults.openedLog(files.log);
+    let acks = o.faults.openedAcks(files.acks);
+    if (replicated) {
+      try {
+        ({ log, acks } = await o.replicate!.wrap(t, i, epoch, pdir, log, acks));
+      } catch (e) {
+        await log.close().catch(() => undefined);
+        await acks.close().catch(() => undefined);
+        throw e;
+      }
+    }
+    const part = new Partition(i, log, acks, epoch, this.firstTag(t, i));
     t.partitions[i] = part;
     const cursors = o.faults.openedCursors(
       CursorFile.open(join(pdir, CURSOR_FILE_NAME), {

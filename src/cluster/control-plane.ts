@@ -33,6 +33,7 @@ import { Connections, type InTransaction } from "./control-plane/connections.js"
 import { NodeLease } from "./control-plane/lease.js";
 import { Listener } from "./control-plane/listen.js";
 import type { ChangeEvent, ClusterNode, ClusterTopic, ControlPlaneStatus, NewTopic, PartitionPlacement, TopicChange, TopicWithPlacement } from "./control-plane/model.js";
+import * as replicasSql from "./control-plane/replicas-sql.js";
 import * as movesSql from "./control-plane/moves-sql.js";
 import * as nodesSql from "./control-plane/nodes-sql.js";
 import { rateLimitedWarn, redact, settingsOf, type ControlPlaneOptions, type Settings, type Warn } from "./control-plane/options.js";
@@ -289,6 +290,25 @@ export class ControlPlane implements UserStoreApi {
   /** Ends a move without switching owner, if the partition is still moving at expectedEpoch. */
   abortMove(topic: string, partition: number, expectedEpoch: number): Promise<void> {
     return movesSql.abortMove(this.writer, topic, partition, expectedEpoch);
+  }
+
+  // ---- replicated partitions (docs/replication.md) -------------------------------------------
+
+  /**
+   * The leader's compare-and-set of a partition's in-sync replicas at its epoch; resolves once this
+   * node's view shows the change. False when the guard failed (this node no longer leads it).
+   */
+  setInSync(topic: string, partition: number, epoch: number, inSync: string[]): Promise<boolean> {
+    return replicasSql.setInSync(this.writer, topic, partition, epoch, this.nodeId, inSync);
+  }
+
+  /**
+   * A failover: this node becomes the partition's leader at expectedEpoch + 1 if the old leader
+   * still holds it at expectedEpoch and its lease has lapsed by the database clock (and, with
+   * requireInSync, this node is in sync). True when it won.
+   */
+  electLeader(topic: string, partition: number, expectedEpoch: number, oldLeader: string, requireInSync: boolean): Promise<boolean> {
+    return replicasSql.electLeader(this.writer, topic, partition, expectedEpoch, oldLeader, this.nodeId, requireInSync);
   }
 
   // ---- users and grants (UserStoreApi) -------------------------------------------------------

@@ -70,6 +70,8 @@ export interface InternalRoutesOptions {
   token: string;
   service: ClusterService;
   mover: Mover;
+  /** The replication routes (src/cluster/replication): leader to follower. */
+  replication?: { routes(http: InternalHttp): InternalRoute[] };
 }
 
 export function internalRoutes(o: InternalRoutesOptions): {
@@ -80,7 +82,7 @@ export function internalRoutes(o: InternalRoutesOptions): {
   return {
     prefix: INTERNAL_PREFIX,
     fromPeer: (req) => tokenMatches(o.token, req.headers[INTERNAL_HEADERS.token]),
-    routes: (http) => routes(o.service, o.mover, http),
+    routes: (http) => [...routes(o.service, o.mover, http), ...(o.replication?.routes(http) ?? [])],
   };
 }
 

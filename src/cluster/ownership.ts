@@ -36,6 +36,13 @@ import type { ClusterTopic, ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable, MoveRefused } from "./errors.js";
 import { writeFileAtomic } from "../platform/files.js";
 
+/** What reconcile asks of replication: this node's follower replicas. */
+export interface FollowerReplicas {
+  ensureFollower(topic: string, incarnation: number, partition: number): Promise<unknown>;
+  closeFollower(topic: string, partition: number): Promise<void>;
+  closeTopic(topic: string): Promise<void>;
+}
+
 /** Written in a partition's directory by a freeze (src/cluster/moves.ts); never copied. */
 export const FROZEN_MARKER = "moving.frozen";
 
@@ -52,6 +59,8 @@ export class Ownership {
   private readonly log: Logger;
   private unsubscribe: (() => void) | undefined;
   private closed = false;
+  /** Follower replicas of replicated partitions (src/cluster/replication), set before start(). */
+  replicas: FollowerReplicas | undefined;
 
   constructor(
     private readonly o: {
@@ -198,11 +207,15 @@ export class Ownership {
     const ct = cp.topic(name);
     const known = broker.knownIncarnation(name);
     if (ct === undefined) {
+      await this.replicas?.closeTopic(name);
       if (known !== undefined) await broker.dropTopic(name);
       for (const key of [...this.frozen.keys()]) if (key.startsWith(`${name}/`)) this.unfreeze(key);
       return;
     }
-    if (known !== undefined && known !== ct.incarnation) await broker.dropTopic(name);
+    if (known !== undefined && known !== ct.incarnation) {
+      await this.replicas?.closeTopic(name);
+      await broker.dropTopic(name);
+    }
     broker.applyTopic(toMeta(ct));
     for (const p of cp.placement(name) ?? []) {
       const key = `${name}/${p.partition}`;
@@ -225,8 +238,14 @@ export class Ownership {
         }
         if (open === undefined) await rm(join(broker.partitionDir(name, ct.incarnation, p.partition), FROZEN_MARKER), { force: true });
         if (open !== p.epoch) await broker.openPartition(name, p.partition, p.epoch);
+      } else if (ct.replication_factor > 1 && p.replicas.includes(nodeId)) {
+        // A follower here: a deposed leader's open partition closes first (its files stay: they
+        // are this replica's, cut to the new leader's log at its first join).
+        if (open !== undefined) await broker.closePartition(name, p.partition, false);
+        await this.replicas?.ensureFollower(name, ct.incarnation, p.partition).catch(() => undefined);
       } else {
         if (this.incoming.has(key)) continue;
+        await this.replicas?.closeFollower(name, p.partition);
         if (this.frozen.has(key)) this.unfreeze(key); // the move completed: the new owner has the copy
         // Moved away (or a stale copy left behind): the files go. closePartition also
         // removes a directory of a partition that is not open here.

@@ -27,7 +27,7 @@ test("placement: the result is balanced whatever the starting load", () => {
 
 test("replica sets: distinct nodes, least loaded first, leaders spread, too few nodes refused", () => {
   const nodes = [{ nodeId: "c", owned: 0 }, { nodeId: "a", owned: 0 }, { nodeId: "b", owned: 0 }];
-  assert.deepEqual(placeReplicaSets(nodes, 3, 3), [["a", "b", "c"], ["a", "b", "c"], ["a", "b", "c"]]);
+  assert.deepEqual(placeReplicaSets(nodes, 3, 3), [["a", "b", "c"], ["b", "a", "c"], ["c", "a", "b"]]);
   assert.deepEqual(placeReplicaSets(nodes, 3, 2), [["a", "b"], ["c", "a"], ["b", "c"]]);
   assert.deepEqual(placeReplicaSets([{ nodeId: "a", owned: 5 }, { nodeId: "b", owned: 0 }, { nodeId: "c", owned: 1 }], 1, 2), [["b", "c"]]);
   assert.throws(() => placeReplicaSets(nodes, 1, 4), /3 live nodes for 4 replicas/);

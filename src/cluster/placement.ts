@@ -40,12 +40,17 @@ export function placeReplicaSets(live: readonly NodeLoad[], count: number, facto
   if (count === 0) return [];
   if (factor < 1 || live.length < factor) throw new Error(`placeReplicaSets: ${live.length} live nodes for ${factor} replicas`);
   const load = live.map((n) => ({ nodeId: n.nodeId, owned: n.owned })).sort((a, b) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0));
+  const leads = new Map<string, number>();
   const out: string[][] = [];
   for (let i = 0; i < count; i++) {
-    // A stable sort by load keeps ties in node-id order; the first `factor` are the set.
+    // A stable sort by load keeps ties in node-id order; the first `factor` are the set, and the
+    // one of them leading the fewest of these new partitions leads (leaders spread too).
     const chosen = [...load].sort((a, b) => a.owned - b.owned).slice(0, factor);
     for (const n of chosen) n.owned++;
-    out.push(chosen.map((n) => n.nodeId));
+    let leader = chosen[0]!;
+    for (const n of chosen) if ((leads.get(n.nodeId) ?? 0) < (leads.get(leader.nodeId) ?? 0)) leader = n;
+    leads.set(leader.nodeId, (leads.get(leader.nodeId) ?? 0) + 1);
+    out.push([leader.nodeId, ...chosen.filter((n) => n !== leader).map((n) => n.nodeId)]);
   }
   return out;
 }

@@ -1,0 +1,414 @@
+// Replicated partitions on this node (docs/replication.md): the leader's wrapper of each owned
+// replicated partition (./leader.ts), the follower replicas this node keeps for partitions other
+// nodes lead (./follower.ts), the internal routes between them, and failover.
+//
+// Failover. A follower elects itself when its partition's leader is down by the control plane's
+// view (its lease lapsed by the database clock: it stopped acknowledging before that, by the
+// lease deadline rule of docs/cluster-control-plane.md) and it is the right replica to promote:
+// - quorum: it asks every other live follower for its log's end and last epoch; with answers
+//   from a majority of the replica set (itself counted, the old leader not asked) it must be the
+//   most complete of them (history.ts, compareRank; ties go to the earlier replica in the set).
+//   Every record the old leader acknowledged is on a majority, which meets the answering one,
+//   and the old leader acknowledged nothing after its lease lapsed, which was before the asking.
+// - leader: it must be in in_sync, which names only replicas holding every acknowledged record
+//   (./leader.ts), and the first live one of them in the replica set. Otherwise the partition
+//   stays unavailable until the old leader returns with its disk.
+// Then one compare-and-set in PostgreSQL (control-plane/replicas-sql.ts) raises the epoch; the
+// placement change opens the partition here as its owner at the new epoch (src/cluster/
+// ownership.ts), which closes the follower replica first. A returning old leader finds itself a
+// follower in the placement, and its first join cuts what it holds beyond the new leader's log.
+//
+// Elections are checked on every change of the view and every ELECTION_CHECK_MS while some
+// replicated partition has a down leader.
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import type { Broker, ReplicateRequest } from "../../broker/broker.js";
+import type { Clock } from "../../platform/clock.js";
+import { systemScheduler, type Scheduler, type Timer } from "../../platform/scheduler.js";
+import { realFs, type AckLog, type PartitionLog } from "../../storage/index.js";
+import type { ControlPlane } from "../control-plane.js";
+import type { PartitionPlacement } from "../control-plane/model.js";
+import type { InternalHttp, InternalRoute } from "../internal-routes.js";
+import type { Peers } from "../peers.js";
+import { INTERNAL_PREFIX } from "../wire.js";
+import { decodeRecords } from "./codec.js";
+import { FollowerReplica, ReplicaRefusal, type ReplicaStatus } from "./follower.js";
+import { compareRank, type EpochEntry } from "./history.js";
+import { REPLICATION_LIMITS, ReplicatedLog, type LeaderContext } from "./leader.js";
+
+export const ELECTION_CHECK_MS = 250;
+/** How long an election waits for a follower's state. */
+const STATE_TIMEOUT_MS = 1000;
+const FOLLOWER_HOUSEKEEPING_MS = 30_000;
+
+export interface ReplicationOptions {
+  cp: ControlPlane;
+  broker: Broker;
+  peers: Peers;
+  nodeId: string;
+  clock: Clock;
+  scheduler?: Scheduler;
+  logger: Logger;
+  /** replication.ack_timeout_ms */
+  ackTimeoutMs: number;
+  /** storage.ack_flush_interval_ms: how often acks ship to the followers. */
+  ackShipIntervalMs: number;
+}
+
+interface FollowerEntry {
+  incarnation: number;
+  replica: Promise<FollowerReplica>;
+}
+
+export class Replication {
+  private readonly followers = new Map<string, FollowerEntry>();
+  private readonly leaders = new Map<string, ReplicatedLog>();
+  private readonly log: Logger;
+  private readonly scheduler: Scheduler;
+  private electing = false;
+  private electionTimer: Timer | undefined;
+  private housekeepingTimer: Timer | undefined;
+  private unsubscribe: (() => void) | undefined;
+  private closed = false;
+  readonly counts = { failovers: 0 };
+
+  constructor(private readonly o: ReplicationOptions) {
+    this.log = o.logger.child({ module: "replication" });
+    this.scheduler = o.scheduler ?? systemScheduler;
+  }
+
+  start(): void {
+    this.unsubscribe = this.o.cp.onChange((e) => {
+      if (e.kind === "node" || e.kind === "partition" || e.kind === "lease") void this.checkElections();
+    });
+    this.electionTimer = this.scheduler.every(ELECTION_CHECK_MS, () => void this.checkElections());
+    this.housekeepingTimer = this.scheduler.every(FOLLOWER_HOUSEKEEPING_MS, () => void this.housekeepFollowers());
+  }
+
+  // ---- the leader's wrapper (the broker's replicate hook) --------------------------------------
+
+  /** The broker hook: prepare closes a follower's copy, wrap makes the owned partition a leader. */
+  readonly hook = {
+    prepare: (topic: string, partition: number): Promise<void> => this.closeFollower(topic, partition),
+    wrap: (r: ReplicateRequest): Promise<{ log: PartitionLog; acks: AckLog }> => this.wrap(r),
+  };
+
+  private async wrap(r: ReplicateRequest): Promise<{ log: PartitionLog; acks: AckLog }> {
+    const { cp } = this.o;
+    const name = r.meta.name;
+    const partition = r.partition;
+    const placement = (): PartitionPlacement | undefined => cp.partitionPlacement(name, partition);
+    const path = (kind: string): string => `${INTERNAL_PREFIX}/replicas/${encodeURIComponent(name)}/${partition}/${kind}`;
+    const ctx: LeaderContext = {
+      topic: name,
+      incarnation: r.meta.incarnation,
+      partition,
+      epoch: r.epoch,
+      nodeId: this.o.nodeId,
+      replicas: () => placement()?.replicas ?? [this.o.nodeId],
+      inSync: () => placement()?.inSync ?? [this.o.nodeId],
+      acks: () => cp.topic(name)?.acks ?? r.meta.acks,
+      setInSync: async (nodes) => {
+        if (!(await cp.setInSync(name, partition, r.epoch, nodes))) {
+          const now = placement();
+          if (now !== undefined && now.epoch === r.epoch && now.node === this.o.nodeId && sameSet(now.inSync, nodes)) return;
+          throw new Error(`in_sync of ${name}/${partition} could not be set at epoch ${r.epoch}: this node no longer leads it`);
+        }
+      },
+      send: (node, req) => this.o.peers.request(node, req),
+      path,
+      clock: this.o.clock,
+      scheduler: this.scheduler,
+      logger: this.log,
+      ackTimeoutMs: this.o.ackTimeoutMs,
+      ackShipIntervalMs: this.o.ackShipIntervalMs,
+      onVisible: r.onVisible,
+    };
+    const leader = await ReplicatedLog.open(r.dir, r.log, r.acks, ctx);
+    const key = `${name}/${partition}`;
+    this.leaders.set(key, leader);
+    const close = leader.close.bind(leader);
+    leader.close = async () => {
+      if (this.leaders.get(key) === leader) this.leaders.delete(key);
+      await close();
+    };
+    return { log: leader, acks: leader.acks };
+  }
+
+  // ---- follower replicas ------------------------------------------------------------------------
+
+  /** Opens this node's follower replica of a partition (idempotent). */
+  ensureFollower(topic: string, incarnation: number, partition: number): Promise<FollowerReplica> {
+    const key = `${topic}/${partition}`;
+    const have = this.followers.get(key);
+    if (have !== undefined && have.incarnation === incarnation) return have.replica;
+    const placement = this.o.broker.placement;
+    const logger = this.log.child({ topic, partition, replica: "follower" });
+    const replica = (async () => {
+      if (have !== undefined) await this.closeFollower(topic, partition);
+      const dir = placement.partitionDir(topic, incarnation, partition);
+      return FollowerReplica.open(dir, { open: () => placement.openReplicaFiles(topic, incarnation, partition), fs: realFs }, logger);
+    })();
+    this.followers.set(key, { incarnation, replica });
+    replica.then(
+      () => logger.info("follower replica open"),
+      (e: unknown) => {
+        if (this.followers.get(key)?.replica === replica) this.followers.delete(key);
+        logger.error({ err: (e as Error).message }, "could not open the follower replica");
+      },
+    );
+    return replica;
+  }
+
+  async closeFollower(topic: string, partition: number): Promise<void> {
+    const key = `${topic}/${partition}`;
+    const have = this.followers.get(key);
+    if (have === undefined) return;
+    this.followers.delete(key);
+    const r = await have.replica.catch(() => undefined);
+    await r?.close();
+  }
+
+  /** Closes every follower replica of a topic (it is being dropped from this node). */
+  async closeTopic(topic: string): Promise<void> {
+    for (const key of [...this.followers.keys()]) {
+      if (key.startsWith(`${topic}/`)) await this.closeFollower(topic, Number(key.slice(topic.length + 1)));
+    }
+  }
+
+  private async housekeepFollowers(): Promise<void> {
+    for (const [key, f] of this.followers) {
+      const topic = key.slice(0, key.lastIndexOf("/"));
+      const t = this.o.cp.topic(topic);
+      if (t === undefined) continue;
+      const r = await f.replica.catch(() => undefined);
+      await r?.housekeep(t.retention_ms);
+    }
+  }
+
+  /** The follower a leader's request is for, opened now if the view says this node is one. */
+  private async followerFor(topic: string, partition: number, incarnation: number): Promise<FollowerReplica | undefined> {
+    const key = `${topic}/${partition}`;
+    const have = this.followers.get(key);
+    if (have !== undefined && have.incarnation === incarnation) return have.replica;
+    await this.o.cp.refresh([`topic:${topic}`]).catch(() => undefined);
+    const t = this.o.cp.topic(topic);
+    const p = this.o.cp.partitionPlacement(topic, partition);
+    if (t === undefined || t.incarnation !== incarnation || p === undefined) return undefined;
+    if (p.node === this.o.nodeId || !p.replicas.includes(this.o.nodeId)) return undefined;
+    if (this.o.broker.placement.openEpoch(topic, partition) !== undefined) return undefined; // still open as a deposed leader
+    if (this.o.broker.placement.knownIncarnation(topic) !== incarnation) return undefined; // the topic is not applied here yet
+    return this.ensureFollower(topic, incarnation, partition);
+  }
+
+  // ---- internal routes --------------------------------------------------------------------------
+
+  routes(http: InternalHttp): InternalRoute[] {
+    const refuse = (res: ServerResponse, e: unknown): void => {
+      if (e instanceof ReplicaRefusal) {
+        http.sendJson(res, 409, { refused: e.kind, end: e.end, epoch: e.epoch, error: { code: "replica_refused", message: e.message } });
+        return;
+      }
+      throw e;
+    };
+    const notReplica = (res: ServerResponse, topic: string, partition: number): void =>
+      http.sendJson(res, 409, { refused: "not_replica", error: { code: "replica_refused", message: `this node keeps no follower replica of ${topic}/${partition}` } });
+    const epochOf = (q: URLSearchParams): number => http.queryInt(q, "epoch", 0, 1, Number.MAX_SAFE_INTEGER);
+    return [
+      {
+        method: "POST",
+        path: "/replicas/:topic/:partition/join",
+        perm: "none",
+        handler: async (req: IncomingMessage, res: ServerResponse, p) => {
+          const topic = http.topicParam(p);
+          const partition = http.partitionParam(p);
+          const j = http.asObject(await http.readJson(req, 4 * 1024 * 1024));
+          const epoch = j.epoch;
+          const incarnation = j.incarnation;
+          const end = j.end;
+          const earliest = j.earliest;
+          const history = parseHistory(j.history);
+          if (!isCount(epoch) || !isCount(incarnation) || !isCount(end) || !isCount(earliest) || history === undefined) {
+            http.sendJson(res, 400, { error: { code: "bad_request", message: "join needs epoch, incarnation, end, earliest and history" } });
+            return;
+          }
+          const f = await this.followerFor(topic, partition, incarnation);
+          if (f === undefined) return notReplica(res, topic, partition);
+          try {
+            http.sendJson(res, 200, { end: await f.join(epoch, history, end, earliest) });
+          } catch (e) {
+            refuse(res, e);
+          }
+        },
+      },
+      {
+        method: "POST",
+        path: "/replicas/:topic/:partition/append",
+        perm: "none",
+        handler: async (req, res, p, q) => {
+          const topic = http.topicParam(p);
+          const partition = http.partitionParam(p);
+          const epoch = epochOf(q);
+          const incarnation = http.queryInt(q, "incarnation", 0, 1, 0xffffffff);
+          const first = http.queryInt(q, "first", -1, 0, Number.MAX_SAFE_INTEGER);
+          const body = await http.readBody(req, REPLICATION_LIMITS.shipBytesMax + 2 * 1024 * 1024);
+          const records = decodeRecords(body, REPLICATION_LIMITS.shipRecordsMax);
+          if (typeof records === "string" || first < 0) {
+            http.sendJson(res, 400, { error: { code: "bad_request", message: typeof records === "string" ? `a bad replication body: ${records}` : "append needs first" } });
+            return;
+          }
+          const f = await this.followerFor(topic, partition, incarnation);
+          if (f === undefined) return notReplica(res, topic, partition);
+          try {
+            http.sendJson(res, 200, { end: await f.append(epoch, first, records) });
+          } catch (e) {
+            refuse(res, e);
+          }
+        },
+      },
+      {
+        method: "POST",
+        path: "/replicas/:topic/:partition/acks",
+        perm: "none",
+        handler: async (req, res, p, q) => {
+          const topic = http.topicParam(p);
+          const partition = http.partitionParam(p);
+          const epoch = epochOf(q);
+          const j = http.asObject(await http.readJson(req, 16 * 1024 * 1024));
+          const acked = j.acked;
+          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount)) {
+            http.sendJson(res, 400, { error: { code: "bad_request", message: "acks needs floor and acked" } });
+            return;
+          }
+          const have = this.followers.get(`${topic}/${partition}`);
+          const f = have === undefined ? undefined : await have.replica.catch(() => undefined);
+          if (f === undefined) return notReplica(res, topic, partition);
+          f.applyAcks(epoch, j.floor, acked);
+          http.sendEmpty(res, 204);
+        },
+      },
+      {
+        method: "GET",
+        path: "/replicas/:topic/:partition/state",
+        perm: "none",
+        handler: async (_req, res, p) => {
+          const have = this.followers.get(`${http.topicParam(p)}/${http.partitionParam(p)}`);
+          const f = have === undefined ? undefined : await have.replica.catch(() => undefined);
+          if (f === undefined) return notReplica(res, http.topicParam(p), http.partitionParam(p));
+          const s = f.status();
+          http.sendJson(res, 200, { end: s.end, last_epoch: s.lastEpoch, epoch: s.epoch });
+        },
+      },
+    ];
+  }
+
+  // ---- failover ---------------------------------------------------------------------------------
+
+  private async checkElections(): Promise<void> {
+    if (this.electing || this.closed) return;
+    const { cp, nodeId } = this.o;
+    if (!cp.isLeaseLive()) return;
+    this.electing = true;
+    try {
+      for (const t of cp.topics()) {
+        if (t.replication_factor <= 1) continue;
+        for (const p of cp.placement(t.name) ?? []) {
+          if (p.node === nodeId || !p.replicas.includes(nodeId) || p.state !== "serving") continue;
+          if (cp.node(p.node)?.state !== "down") continue;
+          await this.tryElect(t.name, t.acks, p).catch((e: unknown) => this.log.warn({ topic: t.name, partition: p.partition, err: (e as Error).message }, "election failed"));
+        }
+      }
+    } finally {
+      this.electing = false;
+    }
+  }
+
+  private async tryElect(topic: string, acks: "leader" | "quorum", p: PartitionPlacement): Promise<void> {
+    const { cp, nodeId } = this.o;
+    const me = this.followers.get(`${topic}/${p.partition}`);
+    const mine = me === undefined ? undefined : await me.replica.catch(() => undefined);
+    if (mine === undefined) return;
+    const others = p.replicas.filter((n) => n !== p.node);
+    if (acks === "leader") {
+      if (!p.inSync.includes(nodeId)) return;
+      const first = others.find((n) => p.inSync.includes(n) && cp.node(n)?.state === "live");
+      if (first !== nodeId) return;
+    } else {
+      const majority = Math.floor(p.replicas.length / 2) + 1;
+      const states = new Map<string, ReplicaStatus | { end: number; lastEpoch: number }>();
+      states.set(nodeId, mine.status());
+      await Promise.all(
+        others
+          .filter((n) => n !== nodeId && cp.node(n)?.state === "live")
+          .map(async (n) => {
+            const s = await this.stateOf(n, topic, p.partition);
+            if (s !== undefined) states.set(n, s);
+          }),
+      );
+      if (states.size < majority) return;
+      let best: string | undefined;
+      for (const n of others) {
+        const s = states.get(n);
+        if (s === undefined) continue;
+        if (best === undefined || compareRank(s, states.get(best)!) > 0) best = n;
+      }
+      if (best !== nodeId) return;
+    }
+    const won = await cp.electLeader(topic, p.partition, p.epoch, p.node, acks === "leader");
+    if (!won) return;
+    this.counts.failovers++;
+    this.log.warn({ topic, partition: p.partition, from: p.node, epoch: p.epoch + 1, acks }, "failover: this node leads the partition now (its leader's lease lapsed)");
+  }
+
+  private async stateOf(node: string, topic: string, partition: number): Promise<{ end: number; lastEpoch: number } | undefined> {
+    const ac = new AbortController();
+    const t = this.scheduler.after(STATE_TIMEOUT_MS, () => ac.abort());
+    try {
+      const res = await this.o.peers.request(node, { method: "GET", path: `${INTERNAL_PREFIX}/replicas/${encodeURIComponent(topic)}/${partition}/state`, signal: ac.signal });
+      if (res.status !== 200) return undefined;
+      const j = JSON.parse(res.body.toString("utf8")) as { end?: unknown; last_epoch?: unknown };
+      return isCount(j.end) && isCount(j.last_epoch) ? { end: j.end, lastEpoch: j.last_epoch } : undefined;
+    } catch {
+      return undefined;
+    } finally {
+      t.cancel();
+    }
+  }
+
+  /** Replication lag of each follower of each partition this node leads (for metrics). */
+  leading(): number {
+    return this.leaders.size;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.unsubscribe?.();
+    this.electionTimer?.cancel();
+    this.housekeepingTimer?.cancel();
+    for (const key of [...this.followers.keys()]) {
+      const i = key.lastIndexOf("/");
+      await this.closeFollower(key.slice(0, i), Number(key.slice(i + 1)));
+    }
+  }
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+}
+
+function parseHistory(v: unknown): EpochEntry[] | undefined {
+  if (!Array.isArray(v) || v.length > 100_000) return undefined;
+  const out: EpochEntry[] = [];
+  for (const x of v) {
+    if (!Array.isArray(x) || x.length !== 2 || !isCount(x[0]) || !isCount(x[1])) return undefined;
+    const prev = out[out.length - 1];
+    if (prev !== undefined && (x[0] <= prev[0] || x[1] < prev[1])) return undefined;
+    out.push([x[0], x[1]]);
+  }
+  return out;
+}
+
+function sameSet(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x) => b.includes(x));
+}
