@@ -105,6 +105,9 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     throw new StartupError(`data directory ${dataDir} is not usable: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
   const log = logger.child({ node: identity.nodeId, boot: identity.bootId });
+  if (identity.bootSeqUnsaved !== undefined) {
+    log.warn({ err: identity.bootSeqUnsaved, bootSeq: identity.bootSeq }, "the disk is full: node.json keeps the previous boot sequence; starting read-mostly (produces and creates answer the storage error until space is freed)");
+  }
   if (powerLoss) log.warn("TEST-ONLY POWER-LOSS MODE IS ON (NARAD_TEST_POWER_LOSS=1): unsynced bytes are kept in process memory");
   for (const b of bugs) log.warn({ bug: b, what: SEEDED_BUGS[b] }, "TEST-ONLY SEEDED BUG IS ON (NARAD_TEST_BUGS)");
 
