@@ -208,6 +208,8 @@ export class FilePartitionLog implements PartitionLog {
   private activeClosed = false;
   /** A reopen after a failure in progress: reads wait for it (it swaps the segments). */
   private reopening: Promise<void> | null = null;
+  /** Maintenance runs (roll, retention) started and not finished: they use the fds. */
+  private maintaining = 0;
   /** monoMs of the last append or read (closeIdleFiles). */
   private lastUseMs: number;
 
@@ -598,7 +600,7 @@ export class FilePartitionLog implements PartitionLog {
    * needs again. Returns how many descriptors it closed.
    */
   closeIdleFiles(idleMs: number): number {
-    if (this.closing || this.failure !== null || this.reopening !== null) return 0;
+    if (this.closing || this.failure !== null || this.reopening !== null || this.maintaining > 0) return 0;
     if (this.clock.monoMs() - this.lastUseMs < idleMs) return 0;
     if (this.collecting !== null || this.syncing !== null || this.flushScheduled || this.readsInFlight > 0 || this.sealing.length > 0 || this.dirSyncNeeded) return 0;
     let closed = 0;
@@ -740,8 +742,16 @@ export class FilePartitionLog implements PartitionLog {
     this.lastUseMs = this.clock.monoMs();
   }
 
+  /** Chains a maintenance step, counted in `maintaining` from its call to its end. */
+  private maintain<T>(step: () => Promise<T>): Promise<T> {
+    this.maintaining++;
+    const run = this.maintenance.then(step).finally(() => this.maintaining--);
+    this.maintenance = run.catch(() => {});
+    return run;
+  }
+
   async maybeRoll(): Promise<void> {
-    const run = this.maintenance.then(async () => {
+    return this.maintain(async () => {
       if (this.failure !== null || this.closing) return;
       const a = this.active;
       if (a.count === 0) return;
@@ -750,14 +760,10 @@ export class FilePartitionLog implements PartitionLog {
       else return;
       await this.ensureActiveFile();
     });
-    this.maintenance = run.catch(() => {});
-    return run;
   }
 
   async enforceRetention(retentionMs: number): Promise<number> {
-    const run = this.maintenance.then(() => this.enforceRetentionNow(retentionMs));
-    this.maintenance = run.catch(() => {});
-    return run;
+    return this.maintain(() => this.enforceRetentionNow(retentionMs));
   }
 
   private async enforceRetentionNow(retentionMs: number): Promise<number> {
