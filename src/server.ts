@@ -34,6 +34,7 @@ import { NaradError } from "./protocol/errors.js";
 import { systemClock } from "./platform/clock.js";
 import { DataDirLockedError, lockDataDir, type DataDirLock } from "./platform/data-dir-lock.js";
 import { systemScheduler } from "./platform/scheduler.js";
+import { descriptorLimit, descriptorsReserved, DESCRIPTORS_PER_PARTITION, openDescriptors, partitionsForDescriptors } from "./platform/descriptors.js";
 import type { ConfigValues } from "./config.js";
 
 /** A problem the operator must fix: printed as one line, exit non-zero. */
@@ -106,8 +107,35 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     throw new StartupError(`data directory ${dataDir} is not usable: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
   const log = logger.child({ node: identity.nodeId, boot: identity.bootId });
+  if (identity.bootSeqUnsaved !== undefined) {
+    log.warn({ err: identity.bootSeqUnsaved, bootSeq: identity.bootSeq }, "the disk is full: node.json keeps the previous boot sequence; starting read-mostly (produces and creates answer the storage error until space is freed)");
+  }
   if (powerLoss) log.warn("TEST-ONLY POWER-LOSS MODE IS ON (NARAD_TEST_POWER_LOSS=1): unsynced bytes are kept in process memory");
   for (const b of bugs) log.warn({ bug: b, what: SEEDED_BUGS[b] }, "TEST-ONLY SEEDED BUG IS ON (NARAD_TEST_BUGS)");
+
+  // limits.partitions: from the descriptor budget unless set; a setting the budget cannot hold is
+  // warned about (every partition busy at once would run the process out of descriptors).
+  const fds = descriptorLimit();
+  const partitionsDerived = Math.min(partitionsForDescriptors(fds.limit), 10_000_000);
+  const partitionsMax = (cfg["limits.partitions"] as number | undefined) ?? partitionsDerived;
+  if (fds.source === "fallback") log.warn({ assumedDescriptors: fds.limit }, "the descriptor limit cannot be read (no /proc/self/limits); limits.partitions assumes 1024");
+  if (partitionsMax > partitionsDerived) {
+    log.warn(
+      { partitionsMax, descriptorLimit: fds.limit, descriptorsNeeded: partitionsMax * DESCRIPTORS_PER_PARTITION + descriptorsReserved(fds.limit) },
+      "limits.partitions is above what the descriptor limit holds when every partition is busy; raise LimitNOFILE (ulimit -n)",
+    );
+  }
+  /** /readyz: not ready while a log is stopped or descriptors run out (src/http/routes/ops.ts). */
+  const notReady = (broker: Broker) => (): string | null => {
+    const storage = broker.storageProblem();
+    if (storage !== null) return storage;
+    const open = openDescriptors();
+    if (open === "exhausted") return "No file descriptor is free: new connections and partition files cannot be opened.";
+    if (open !== null && fds.source !== "fallback" && open >= fds.limit * 0.95) {
+      return `${open} of the process's ${fds.limit} file descriptors are open: new connections and partition files may fail.`;
+    }
+    return null;
+  };
 
   const brokerOptions: BrokerOptions = {
     dataDir,
@@ -132,6 +160,8 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     defaultVisibilityTimeoutMs: cfg["topic_defaults.visibility_timeout_ms"] as number,
     defaultRetentionMs: cfg["topic_defaults.retention_ms"] as number,
     faults: seededFaults(bugs),
+    partitionsMax,
+    idleCloseMs: cfg["storage.idle_close_ms"] as number,
   };
   const httpCommon = {
     logger: log,
@@ -162,6 +192,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       service: new LocalService(broker),
       users,
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
+      notReady: notReady(broker),
     });
     try {
       await listenOn(http.server, host, port, listen);
@@ -292,6 +323,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
       cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover, replication }) },
       server: bare,
+      notReady: notReady(broker),
     });
     http.setReady(true);
     const b = broker;

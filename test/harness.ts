@@ -23,6 +23,8 @@ export interface NodeOptions {
   /** Port to listen on; 0 (default) picks a free one. A restart should pass the old port. */
   port?: number;
   readyTimeoutMs?: number;
+  /** A command the node runs under, e.g. ["prlimit", "--nofile=512:512", "--"]. */
+  wrapper?: string[];
 }
 
 export interface RunningNode {
@@ -88,7 +90,8 @@ export async function startNode(opts: NodeOptions = {}): Promise<RunningNode> {
     `127.0.0.1:${opts.port ?? 0}`,
     ...(opts.args ?? []),
   ];
-  const proc = spawn(process.execPath, args, {
+  const wrapper = opts.wrapper ?? [];
+  const proc = spawn(wrapper[0] ?? process.execPath, wrapper.length > 0 ? [...wrapper.slice(1), process.execPath, ...args] : args, {
     env: { ...process.env, NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
   });

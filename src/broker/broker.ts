@@ -22,7 +22,17 @@
 //
 // Limits and their answers: bytes waiting for fsync over `pendingSyncBytesMax` → 429 overloaded;
 // more than `longPollsMax` waiting long polls → 429 too_many_waiters; a consume batch's payload
-// over `consumeBytesMax` → fewer messages in that answer.
+// over `consumeBytesMax` → fewer messages in that answer; a create or grow past `partitionsMax`
+// partitions on this node → 409 partitions_limit (nothing is made).
+//
+// Storage that fails (docs/operations.md, "A full disk, no descriptors"). A create or grow that
+// fails midway on an errno (ENOSPC, EMFILE, ...) is undone, files and all, and answers 503
+// storage_unavailable. A partition log stopped by a failed write or fsync is reopened
+// (PartitionLog.reopen: cut back to the fsynced records, recovered from disk) by the next produce
+// to it or by housekeeping, after a back-off from FAILED_LOG_RETRY_MS_MIN doubling to
+// FAILED_LOG_RETRY_MS_MAX; until then a produce to it answers 503 storage_unavailable before it
+// takes any offset, and `notReady()` names it (/readyz). Idle partitions let their descriptors go
+// after `idleCloseMs` (housekeeping), and open them again on their next use.
 //
 // Timers go through the Scheduler handed in (src/platform/scheduler.ts): the lease sweep every
 // LEASE_SWEEP_INTERVAL_MS, housekeeping, each long poll's end, and each copier's retry or delay.
@@ -35,6 +45,7 @@
 // node still owns the partition.
 
 import { randomInt } from "node:crypto";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, type ChildJson, type CreateTopicRequest, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
@@ -58,6 +69,13 @@ export type { ClusterTopicMeta } from "./cluster-topics.js";
 
 /** How often leases past their deadline are returned (and the long polls they can serve woken). */
 export const LEASE_SWEEP_INTERVAL_MS = 50;
+/** A stopped partition log is tried again after this long, doubling up to the max (see the top). */
+export const FAILED_LOG_RETRY_MS_MIN = 500;
+export const FAILED_LOG_RETRY_MS_MAX = 30_000;
+/** Default of storage.idle_close_ms. */
+export const IDLE_CLOSE_MS_DEFAULT = 60_000;
+/** Errnos of storage that cannot take a change now: a create or grow is undone and answers 503 storage_unavailable. */
+const STORAGE_ERRNOS: ReadonlySet<string> = new Set(["ENOSPC", "EDQUOT", "EMFILE", "ENFILE", "EIO", "EROFS", "ENOMEM"]);
 
 export interface BrokerOptions {
   dataDir: string;
@@ -94,6 +112,10 @@ export interface BrokerOptions {
   cluster?: BrokerCluster;
   /** The filesystem of every partition's files (default node:fs; tests inject faults). */
   storageFs?: StorageFs;
+  /** limits.partitions: most partitions this node holds (single node; the server derives it from the descriptor limit). Default: no bound. */
+  partitionsMax?: number;
+  /** storage.idle_close_ms: a partition idle this long lets its descriptors go (default IDLE_CLOSE_MS_DEFAULT). */
+  idleCloseMs?: number;
 }
 
 /** What the broker needs from the cluster (src/cluster). */
@@ -185,6 +207,10 @@ export class Broker {
   private readonly links: ChildLinks;
   private waiterCount = 0;
   private pendingSyncBytes = 0;
+  /** Partitions of this node's topics, and of creates and grows in flight (limits.partitions). */
+  private partitionsHeld = 0;
+  /** Stopped logs: when each may try its reopen next, and its back-off (see the top). */
+  private readonly reopenAt = new Map<Partition, { atMs: number; backoffMs: number; topic: string; cause: string }>();
   private housekeeping: Timer | undefined;
   private sweeper: Timer | undefined;
   private closed = false;
@@ -265,6 +291,11 @@ export class Broker {
       b.links.syncRemotes(t);
       for (let i = 0; i < meta.partitions; i++) await b.partitions.open(t, i, 0);
       b.topics.set(meta.name, t);
+      b.partitionsHeld += meta.partitions;
+    }
+    // A start never refuses the topics it has; the limit stops only new ones.
+    if (b.partitionsHeld > b.partitionsMax) {
+      b.log.warn({ partitions: b.partitionsHeld, partitionsMax: b.partitionsMax }, "this node holds more partitions than limits.partitions; creates and grows are refused until topics are deleted");
     }
     b.housekeeping = b.scheduler.every(opts.housekeepingIntervalMs, () => void b.runHousekeeping());
     b.sweeper = b.scheduler.every(LEASE_SWEEP_INTERVAL_MS, () => b.sweepLeases());
@@ -297,6 +328,22 @@ export class Broker {
     this.topic(name);
   }
 
+  /** limits.partitions of this node. */
+  get partitionsMax(): number {
+    return this.opts.partitionsMax ?? Number.MAX_SAFE_INTEGER;
+  }
+
+  /** Takes `n` more partitions against limits.partitions, or refuses (409, nothing made). */
+  private reservePartitions(n: number, what: string): void {
+    if (this.partitionsHeld + n > this.partitionsMax) {
+      throw new NaradError(
+        "partitions_limit",
+        `${what} needs ${n} more partitions, and this node holds ${this.partitionsHeld} of the ${this.partitionsMax} that limits.partitions allows; delete topics, or raise limits.partitions (and the process's descriptor limit).`,
+      );
+    }
+    this.partitionsHeld += n;
+  }
+
   async createTopic(req: CreateTopicRequest, owner: string | null): Promise<TopicJson> {
     this.assertOpen();
     const name = req.name;
@@ -304,31 +351,46 @@ export class Broker {
     if ((req.replication_factor ?? 1) > 1) {
       throw new NaradError("invalid_argument", "replication_factor above 1 needs a cluster (--control-plane): a single node keeps one copy of each partition.");
     }
+    const meta: TopicMeta = {
+      name,
+      incarnation: randomInt(1, 0xffffffff),
+      partitions: req.partitions ?? this.opts.defaultPartitions,
+      visibility_timeout_ms: req.visibility_timeout_ms ?? this.opts.defaultVisibilityTimeoutMs,
+      retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
+      replication_factor: 1,
+      acks: "leader",
+      owner,
+      children: [],
+      parent: null,
+      created_at: this.opts.clock.nowMs(),
+    };
+    this.reservePartitions(meta.partitions, `Topic ${JSON.stringify(name)}`);
     this.creating.add(name);
+    const t = new Topic(meta, this.store.dirOf(name, meta.incarnation));
     try {
-      const meta: TopicMeta = {
-        name,
-        incarnation: randomInt(1, 0xffffffff),
-        partitions: req.partitions ?? this.opts.defaultPartitions,
-        visibility_timeout_ms: req.visibility_timeout_ms ?? this.opts.defaultVisibilityTimeoutMs,
-        retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
-        replication_factor: 1,
-        acks: "leader",
-        owner,
-        children: [],
-        parent: null,
-        created_at: this.opts.clock.nowMs(),
-      };
       await this.store.create(meta);
-      const t = new Topic(meta, this.store.dirOf(name, meta.incarnation));
       for (let i = 0; i < meta.partitions; i++) await this.partitions.open(t, i, 0);
       await this.store.save(meta); // metadata last (docs/architecture.md)
       this.topics.set(name, t);
       this.log.info({ topic: name, partitions: meta.partitions }, "topic created");
       return t.toJson();
+    } catch (e) {
+      this.partitionsHeld -= meta.partitions;
+      // topic_exists: an offline topic's files are there, and are not ours to remove.
+      if (e instanceof NaradError) throw e;
+      // Undo it whole (no half-made directory is left), then say which storage error stopped it.
+      await this.partitions.closeAll(t);
+      this.partitions.forget(t);
+      await this.removeDir(t.dir);
+      throw storageRefusal(e, `Topic ${JSON.stringify(name)} was not created`, this.log);
     } finally {
       this.creating.delete(name);
     }
+  }
+
+  /** Removes what a failed create or grow made; a failure here is logged (the next start removes it). */
+  private async removeDir(dir: string): Promise<void> {
+    await this.store.discard(dir).catch((e: unknown) => this.log.error({ dir, err: (e as Error).message }, "could not remove what a failed create made; the next start removes it"));
   }
 
   async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
@@ -348,8 +410,24 @@ export class Broker {
       };
       // New partitions first, metadata last: a crash in between leaves empty partition
       // directories that the next start ignores until the metadata names them.
-      for (let i = t.partitions.length; i < next.partitions; i++) await this.partitions.open(t, i, 0);
-      await this.store.save(next);
+      const before = t.partitions.length;
+      const added = next.partitions - before;
+      if (added > 0) this.reservePartitions(added, `Growing topic ${JSON.stringify(name)} to ${next.partitions} partitions`);
+      try {
+        for (let i = before; i < next.partitions; i++) await this.partitions.open(t, i, 0);
+        await this.store.save(next);
+      } catch (e) {
+        this.partitionsHeld -= Math.max(0, added);
+        // Undo the new partitions, files and all: the topic stays as it was.
+        for (let i = before; i < t.partitions.length; i++) {
+          await this.partitions.close(t, i);
+          await this.removeDir(join(t.dir, "partitions", String(i)));
+        }
+        t.partitions.length = before;
+        t.copiers.length = before;
+        if (e instanceof NaradError) throw e;
+        throw storageRefusal(e, `Topic ${JSON.stringify(name)} was not grown to ${next.partitions} partitions`, this.log);
+      }
       t.meta = next;
       return t.toJson();
     });
@@ -367,6 +445,8 @@ export class Broker {
       this.partitions.forget(t);
       await this.store.discard(t.dir);
       this.topics.delete(name);
+      this.partitionsHeld -= t.partitions.length;
+      for (const [p, r] of this.reopenAt) if (r.topic === name) this.reopenAt.delete(p);
       this.log.info({ topic: name }, "topic deleted");
     });
   }
@@ -457,6 +537,19 @@ export class Broker {
     const started = this.opts.clock.monoMs();
     const results = new Array<{ partition: number; offset: number }>(items.length);
     const durables: Promise<void>[] = [];
+    // A stopped log is reopened here when its back-off is over; one still stopped refuses the
+    // whole request before any partition takes an offset, so the refusal is definite.
+    for (const p of groups.keys()) {
+      const part = t.partitions[p];
+      if (part !== undefined && part.log.failed !== null) await this.reopenIfDue(t, part);
+    }
+    for (const p of groups.keys()) {
+      const part = t.partitions[p];
+      if (part === undefined) throw notOwner(t.meta.name, p); // closed while a reopen was awaited
+      if (part.log.failed !== null) {
+        throw new NaradError("storage_unavailable", `Partition ${p} of topic ${t.meta.name} stopped after a failed write (${errnoOf(part.log.failed)}); it is reopened once its disk takes writes again. Nothing was written.`);
+      }
+    }
     for (const [p, idxs] of groups) {
       const { baseOffset, durable } = t.partitions[p]!.log.append(
         idxs.map((i) => items[i]!),
@@ -473,6 +566,10 @@ export class Broker {
       // in time); anything else is this node's disk.
       if (e instanceof NaradError) throw e;
       this.log.error({ err: (e as Error).message, topic: t.meta.name }, "append failed");
+      for (const p of groups.keys()) {
+        const part = t.partitions[p];
+        if (part !== undefined && part.log.failed !== null) this.noteStopped(t, part);
+      }
       throw new NaradError("storage_failed");
     } finally {
       this.pendingSyncBytes -= bytes;
@@ -728,11 +825,67 @@ export class Broker {
     }
   }
 
+  /** Starts the back-off of a log that just stopped (see the top of this file). */
+  private noteStopped(t: Topic, p: Partition): void {
+    if (this.reopenAt.has(p) || p.log.failed === null) return;
+    this.reopenAt.set(p, { atMs: this.opts.clock.monoMs() + FAILED_LOG_RETRY_MS_MIN, backoffMs: FAILED_LOG_RETRY_MS_MIN, topic: t.meta.name, cause: errnoOf(p.log.failed) });
+    this.log.error({ topic: t.meta.name, partition: p.index, err: p.log.failed.message }, "partition log stopped; it is reopened after a back-off, once its disk takes writes again");
+  }
+
+  /** Reopens a stopped log once its back-off is over; a failed try doubles the back-off. */
+  private async reopenIfDue(t: Topic, p: Partition): Promise<void> {
+    if (p.log.failed === null) {
+      this.reopenAt.delete(p);
+      return;
+    }
+    this.noteStopped(t, p);
+    const r = this.reopenAt.get(p)!;
+    const now = this.opts.clock.monoMs();
+    if (now < r.atMs) return;
+    r.atMs = Number.POSITIVE_INFINITY; // one try at a time
+    try {
+      await p.log.reopen();
+      this.reopenAt.delete(p);
+      this.log.warn({ topic: t.meta.name, partition: p.index }, "partition log reopened after its failure; it takes produces again");
+    } catch (e) {
+      r.backoffMs = Math.min(2 * r.backoffMs, FAILED_LOG_RETRY_MS_MAX);
+      r.atMs = this.opts.clock.monoMs() + r.backoffMs;
+      r.cause = errnoOf(e);
+      this.log.warn({ topic: t.meta.name, partition: p.index, err: (e as Error).message, retryInMs: r.backoffMs }, "partition log still cannot be reopened");
+    }
+  }
+
+  /**
+   * Why this node's storage cannot take writes now, or null (/readyz, which anyone may ask: it
+   * counts partitions and names no topic; the log names them).
+   */
+  storageProblem(): string | null {
+    let stopped = 0;
+    const causes = new Set<string>();
+    for (const t of this.topics.values()) {
+      for (const p of t.open()) {
+        if (p.log.failed === null) continue;
+        stopped++;
+        causes.add(this.reopenAt.get(p)?.cause ?? errnoOf(p.log.failed));
+      }
+    }
+    if (stopped === 0) return null;
+    return `${stopped} partition log${stopped === 1 ? " is" : "s are"} stopped by a failed write (${[...causes].slice(0, 4).join(", ")}); produces to ${stopped === 1 ? "it" : "them"} answer 503 storage_unavailable until the disk takes writes again (retried every ${FAILED_LOG_RETRY_MS_MIN}-${FAILED_LOG_RETRY_MS_MAX} ms).`;
+  }
+
   private async runHousekeeping(): Promise<void> {
+    const idleMs = this.opts.idleCloseMs ?? IDLE_CLOSE_MS_DEFAULT;
+    for (const [p, r] of this.reopenAt) if (this.topics.get(r.topic)?.partitions[p.index] !== p) this.reopenAt.delete(p); // closed or deleted
     for (const t of [...this.topics.values()]) {
       if (t.deleted) continue;
       for (const p of t.open()) {
         if (t.partitions[p.index] !== p) continue; // closed meanwhile (cluster mode: moved, dropped)
+        if (p.log.failed !== null) {
+          await this.reopenIfDue(t, p);
+          continue;
+        }
+        p.log.closeIdleFiles(idleMs);
+        p.acks.closeIdleFile(idleMs);
         try {
           await p.log.maybeRoll();
           const before = p.log.earliestOffset;
@@ -802,6 +955,27 @@ export class Broker {
     for (const t of this.topics.values()) await this.partitions.closeAll(t);
     await this.links.close();
   }
+}
+
+/** The errno of a storage error (or of its cause), or a short name for one that has none. */
+function errnoOf(e: unknown): string {
+  for (let x = e, depth = 0; x instanceof Error && depth < 4; x = x.cause, depth++) {
+    const code = (x as NodeJS.ErrnoException).code;
+    if (typeof code === "string" && /^E[A-Z0-9]+$/.test(code)) return code;
+  }
+  return "storage error";
+}
+
+/**
+ * A create or grow that failed midway and was undone: 503 storage_unavailable naming the errno
+ * when storage refused it (full disk, no descriptor); anything else is a bug, rethrown as is.
+ */
+function storageRefusal(e: unknown, what: string, log: Logger): unknown {
+  const code = errnoOf(e);
+  log.error({ err: (e as Error).message }, `${what}: storage refused it; undone`);
+  if (!STORAGE_ERRNOS.has(code)) return e;
+  const why = code === "ENOSPC" || code === "EDQUOT" ? "the disk is full" : code === "EMFILE" || code === "ENFILE" ? "no file descriptor is free" : "the disk refused a write";
+  return new NaradError("storage_unavailable", `${what}: ${why} (${code}); nothing of it was kept. Free space or descriptors and retry.`);
 }
 
 function notOwner(topic: string, partition: number): NaradError {

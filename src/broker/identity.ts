@@ -17,7 +17,12 @@ export interface NodeIdentity {
   bootId: string;
   bootSeq: number;
   secret: Buffer;
+  /** The disk was full: this boot's sequence is in memory only (the server warns; see below). */
+  bootSeqUnsaved?: string;
 }
+
+/** Errnos of a disk with no room left: a start goes on read-mostly (docs/operations.md). */
+const DISK_FULL = new Set(["ENOSPC", "EDQUOT"]);
 
 interface NodeFile {
   node_id: string;
@@ -56,11 +61,24 @@ export async function loadIdentity(dataDir: string, nodeIdWanted: string | undef
     boot_seq: (file?.boot_seq ?? 0) + 1,
   };
   if (next.boot_seq > 0xffffffff) throw new IdentityError(`${path}: boot sequence exhausted`);
-  await writeFileAtomic(path, JSON.stringify(next, null, 2) + "\n");
+  // A full disk must not keep the node from starting: the API that frees space (a topic delete)
+  // is reached only through it. The boot sequence is then this boot's in memory only, and the
+  // next boot may count to the same number: a receipt handle of this boot could verify in that
+  // one as its own (a per-boot nonce in the handle key, issue 12 item 7, sets them apart). The
+  // server logs this at start.
+  let bootSeqUnsaved: string | undefined;
+  try {
+    await writeFileAtomic(path, JSON.stringify(next, null, 2) + "\n");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (file === undefined || code === undefined || !DISK_FULL.has(code)) throw e;
+    bootSeqUnsaved = code;
+  }
   return {
     nodeId: next.node_id,
     bootId: randomBytes(8).toString("hex"),
     bootSeq: next.boot_seq,
     secret: Buffer.from(next.secret_hex, "hex"),
+    ...(bootSeqUnsaved === undefined ? {} : { bootSeqUnsaved }),
   };
 }

@@ -74,6 +74,8 @@ export class PartitionOpener {
     if (r.truncatedBytes > 0 || r.corruptRecords.length > 0 || r.rebuiltIndexes.length > 0) {
       logger.warn({ recovery: r }, "partition recovered");
     }
+    // A part that fails to open (EMFILE, ENOSPC) lets go of the parts opened before it: a
+    // failed create must not leak descriptors into the node that goes on.
     let acks: AckLog;
     try {
       acks = await openAckLog(pdir, {
@@ -111,18 +113,24 @@ export class PartitionOpener {
         throw e;
       }
     }
-    const part = new Partition(i, log, acks, epoch, this.firstTag(t, i));
-    t.partitions[i] = part;
-    const cursors = o.faults.openedCursors(
-      CursorFile.open(join(pdir, CURSOR_FILE_NAME), {
+    let cursorFile: CursorFile;
+    try {
+      cursorFile = CursorFile.open(join(pdir, CURSOR_FILE_NAME), {
         ackFlushIntervalMs: o.ackFlushIntervalMs,
         ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
         powerLoss: o.powerLoss,
         logger,
         scheduler: o.scheduler,
         fs: o.fs,
-      }),
-    );
+      });
+    } catch (e) {
+      await log.close().catch(() => {});
+      await acks.close().catch(() => {});
+      throw e;
+    }
+    const part = new Partition(i, log, acks, epoch, this.firstTag(t, i));
+    t.partitions[i] = part;
+    const cursors = o.faults.openedCursors(cursorFile);
     // A link without a cursor here means the partition was added after the attach: every
     // record in it was produced after the attach, so copying starts at its beginning.
     for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
@@ -147,7 +155,8 @@ export class PartitionOpener {
     const c = t.copiers[i];
     t.partitions[i] = undefined;
     t.copiers[i] = undefined;
-    if (c !== undefined) await c.close();
+    // A cursor file that cannot be written now (a full disk) must not keep the rest from closing.
+    if (c !== undefined) await c.close().catch((err: unknown) => this.o.logger.error({ topic: t.meta.name, partition: i, err: (err as Error).message }, "the partition's copy cursors could not be closed cleanly"));
     if (p !== undefined) {
       this.rememberTag(t, i, p.lastTag);
       p.dropReadAhead();

@@ -92,6 +92,10 @@ class AcksInMemoryOnly implements AckLog {
     return this.inner.flushAndSync();
   }
 
+  closeIdleFile(idleMs: number): void {
+    this.inner.closeIdleFile(idleMs);
+  }
+
   close(): Promise<void> {
     return this.inner.close();
   }
@@ -141,6 +145,18 @@ class DurableAtOnce implements PartitionLog {
 
   close(): Promise<void> {
     return this.inner.close();
+  }
+
+  get failed(): Error | null {
+    return this.inner.failed;
+  }
+
+  reopen(): Promise<void> {
+    return this.inner.reopen();
+  }
+
+  closeIdleFiles(idleMs: number): number {
+    return this.inner.closeIdleFiles(idleMs);
   }
 }
 

@@ -61,6 +61,8 @@ export interface HttpOptions {
   cluster?: HttpCluster;
   /** A server already listening (cluster mode binds before it knows its advertised address). */
   server?: Server;
+  /** Why the node cannot serve now though it runs (a stopped log, no descriptor free), or null: /readyz says it. */
+  notReady?: () => string | null;
 }
 
 export interface NaradHttpServer {
@@ -113,7 +115,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   let drained: (() => void) | undefined;
 
   const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId };
-  opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()));
+  opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()), opts.notReady ?? (() => null));
   topicRoutes(deps);
   messageRoutes(deps);
   userRoutes(deps, opts.users, opts.nowMs);

@@ -49,6 +49,11 @@ export const ERRORS = {
   topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
   child_exists: { status: 409, definite: true, message: "This child is attached to the topic already." },
   user_exists: { status: 409, definite: true, message: "A user with this name exists already." },
+  partitions_limit: {
+    status: 409,
+    definite: true,
+    message: "The node holds as many partitions as limits.partitions allows; delete topics or raise the limit (and the process's descriptor limit).",
+  },
   receipt_handle_gone: {
     status: 410,
     definite: false,
@@ -108,6 +113,11 @@ export const ERRORS = {
     status: 500,
     definite: false,
     message: "The write could not be made durable; the message may or may not be stored.",
+  },
+  storage_unavailable: {
+    status: 503,
+    definite: true,
+    message: "The node's storage cannot take this now (the disk is full, or no file descriptor is free); nothing was done. Free space or descriptors and retry.",
   },
   timeout: { status: 504, definite: false, message: "The request took too long; it may or may not have happened." },
   // ---- cluster mode (docs/operations.md, "Cluster") ----

@@ -21,7 +21,13 @@
 //
 // A failed write is retried by the next flush at the same position (nothing was claimed durable).
 // A failed fdatasync is never retried (fsyncgate, see syncStep): the next sync step rewrites the
-// whole state as a snapshot instead.
+// whole state as a snapshot instead. So on a full disk acks live in memory (logged at every failed
+// flush) and reach the disk once it has room; an open on a full disk, whose compaction cannot be
+// written, keeps the old log and appends after its last valid block (a node must start on a full
+// disk: the API that frees space is reached through it).
+//
+// Descriptor: closeIdleFile() lets acks.log's fd go when nothing is buffered or unsynced; the
+// next step that writes opens it again.
 //
 // acks.log block layout (little-endian):
 //
@@ -260,6 +266,10 @@ export class FileAckLog implements AckLog {
   private syncTimer: Timer | null = null;
   private closed = false;
   private closePromise: Promise<void> | null = null;
+  /** acks.log exists but its fd was let go while idle (closeIdleFile). */
+  private idleClosed = false;
+  /** monoMs of the last write to acks.log (closeIdleFile). */
+  private lastWriteMs: number;
 
   constructor(
     readonly dir: string,
@@ -274,6 +284,37 @@ export class FileAckLog implements AckLog {
     if (!(opts.ackFlushIntervalMs > 0) || !(opts.ackSyncIntervalMs > 0)) {
       throw new RangeError("ackFlushIntervalMs and ackSyncIntervalMs must be > 0");
     }
+    this.lastWriteMs = opts.clock.monoMs();
+  }
+
+  /**
+   * Lets go of acks.log's fd when nothing waits to be written or synced and nothing was written
+   * for idleMs; the next step that writes opens it again. Runs as a step of the file chain.
+   */
+  closeIdleFile(idleMs: number): void {
+    if (this.fd < 0 || this.closed || this.flushQueued || this.syncQueued) return;
+    void this.enqueue(async () => {
+      const idle = this.pending.length === 0 && !this.dirty && this.heldBlocks.length === 0 && !this.snapshotNeeded;
+      if (this.fd < 0 || this.closed || !idle || this.opts.clock.monoMs() - this.lastWriteMs < idleMs) return;
+      const fd = this.fd;
+      this.fd = -1;
+      this.idleClosed = true;
+      await closeAsync(this.fs, fd);
+    }).catch((err: unknown) => this.log.warn({ err }, "closing an idle ack log failed"));
+  }
+
+  /** Opens acks.log again after closeIdleFile; false when the log is not open at all. */
+  private ensureFd(): boolean {
+    if (this.fd >= 0) return true;
+    if (!this.idleClosed) return false;
+    this.fd = this.fs.openSync(this.logPath, "r+");
+    this.idleClosed = false;
+    return true;
+  }
+
+  /** Descriptors held now (0 or 1; for tests). */
+  get openFds(): number {
+    return this.fd >= 0 ? 1 : 0;
   }
 
   get floor(): number {
@@ -363,7 +404,7 @@ export class FileAckLog implements AckLog {
 
   /** Frames the buffered entries as a block and hands it to the OS (or, power-loss mode, to memory). */
   private flushStep(): void {
-    if (this.pending.length === 0 || this.fd < 0) return;
+    if (this.pending.length === 0 || !this.ensureFd()) return;
     const block = this.pending.encode();
     if (this.opts.powerLoss) {
       this.heldBlocks.push(block);
@@ -371,6 +412,7 @@ export class FileAckLog implements AckLog {
       // On failure nothing is cleared and logBytes stays: the next attempt overwrites the partial write.
       writeFullySync(this.fs, this.fd, block, 0, block.length, this.logBytes);
       this.logBytes += block.length;
+      this.lastWriteMs = this.opts.clock.monoMs();
       this.dirty = true;
       this.stats.blocksWritten++;
     }
@@ -378,7 +420,8 @@ export class FileAckLog implements AckLog {
   }
 
   private async syncStep(): Promise<void> {
-    if (this.fd < 0) return;
+    if (this.heldBlocks.length === 0 && !this.dirty && !this.snapshotNeeded && this.logBytes <= this.ackLogBytesMax) return;
+    if (!this.ensureFd()) return;
     if (this.heldBlocks.length > 0) {
       const data = this.heldBlocks.length === 1 ? this.heldBlocks[0]! : Buffer.concat(this.heldBlocks);
       writeFullySync(this.fs, this.fd, data, 0, data.length, this.logBytes);
@@ -480,7 +523,19 @@ export class FileAckLog implements AckLog {
       created = true;
     }
     if (created) await this.fs.fsyncDir(this.dir);
-    if ((logData !== null && logData.length > 0) || this.recovery.snapshotProblem !== null) await this.compact();
+    if ((logData !== null && logData.length > 0) || this.recovery.snapshotProblem !== null) {
+      try {
+        await this.compact();
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== "ENOSPC" && code !== "EDQUOT") throw err;
+        // The disk is full: keep the old log (every ack it holds is in memory too), write new
+        // blocks after its last valid one, and compact at the first sync step that has room.
+        this.logBytes = (logData?.length ?? 0) - this.recovery.truncatedBytes;
+        this.snapshotNeeded = true;
+        this.log.warn({ err: code }, "the disk is full: the ack log is not compacted at open; acks are kept in memory until it has room");
+      }
+    }
     const damaged =
       this.recovery.snapshotProblem !== null || this.recovery.corruptBlocks.length > 0 || this.recovery.truncatedBytes > 0;
     this.log[damaged ? "warn" : "debug"](

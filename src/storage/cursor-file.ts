@@ -29,6 +29,9 @@
 // write or fdatasync in a timer is logged, not thrown (that would end the process); the cursors
 // are then marked dirty, so the next flush writes the whole state into the other slot and the
 // next sync covers fresh pages: a failed fsync is never simply retried (fsyncgate).
+//
+// Descriptor: the file is read at open and its fd let go; the first write opens it again and
+// keeps it. A partition with no child (most of them) so holds no descriptor for its cursors.
 
 import { crc32c } from "@node-rs/crc32";
 import type { Logger } from "pino";
@@ -68,10 +71,12 @@ export class CursorFile {
   private readonly flushTimer: Timer;
   private readonly syncTimer: Timer;
   private closed = false;
+  /** Opened by the first write (see the top of this file). */
+  private fd = -1;
 
   private constructor(
     private readonly fs: StorageFs,
-    private readonly fd: number,
+    private readonly path: string,
     private readonly opts: CursorFileOptions,
   ) {
     const scheduler = opts.scheduler ?? systemScheduler;
@@ -90,8 +95,8 @@ export class CursorFile {
   static open(path: string, opts: CursorFileOptions): CursorFile {
     const fs = opts.fs ?? realFs;
     fs.closeSync(fs.openSync(path, "a")); // create it if missing; O_APPEND would defeat positioned writes
-    const rw = fs.openSync(path, "r+");
-    const f = new CursorFile(fs, rw, opts);
+    const rw = fs.openSync(path, "r"); // read here, let go below: the first write opens it again
+    const f = new CursorFile(fs, path, opts);
     let best: { seq: number; map: Record<string, unknown> } | undefined;
     for (let slot = 0; slot < 2; slot++) {
       const buf = Buffer.alloc(SLOT_BYTES);
@@ -116,6 +121,7 @@ export class CursorFile {
       }
       for (const child of f.storedOffsets.keys()) if (!f.cursors.has(child)) f.storedOffsets.delete(child);
     }
+    fs.closeSync(rw);
     return f;
   }
 
@@ -198,6 +204,7 @@ export class CursorFile {
   }
 
   private write(buf: Buffer): void {
+    if (this.fd < 0) this.fd = this.fs.openSync(this.path, "r+");
     writeFullySync(this.fs, this.fd, buf, 0, buf.length, (this.seq % 2) * SLOT_BYTES);
   }
 
@@ -224,6 +231,7 @@ export class CursorFile {
     this.closed = true;
     this.flushTimer.cancel();
     this.syncTimer.cancel();
-    this.fs.closeSync(this.fd);
+    if (this.fd >= 0) this.fs.closeSync(this.fd);
+    this.fd = -1;
   }
 }

@@ -272,3 +272,111 @@ test("copy cursors on the ack schedule without waiting; a failed cursor fdatasyn
     await reopened.close();
   });
 });
+
+test("a segment roll that failed on EMFILE stopped the log until a restart: reopen() after the fault takes appends in place, keeps every synced record", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    const cap = captureLogger();
+    const ffs = new FaultFs();
+    const log = await openPartitionLog(dir, logOptions(clock, cap.logger, { fs: ffs, segmentAgeMaxMs: 1000 }));
+    const durable = records(0, 5);
+    await log.append(durable, clock.nowMs()).durable;
+    clock.advance(2000);
+    ffs.inject({ op: "openSync", code: "EMFILE", pathEndsWith: ".log" });
+    ffs.inject({ op: "open", code: "EMFILE", pathEndsWith: ".log" });
+    await assert.rejects(log.maybeRoll(), /EMFILE/);
+    assert.ok(log.failed !== null, "the roll's failure stopped the log");
+    await assert.rejects(log.reopen(), /EMFILE/, "while descriptors are out, the reopen fails and the log stays stopped");
+    assert.ok(log.failed !== null);
+    await assertHolds(log, durable);
+    ffs.clear();
+    await log.reopen();
+    assert.equal(log.failed, null);
+    assert.equal(log.endOffset, 5);
+    const next = log.append(records(5, 2), clock.nowMs());
+    assert.equal(next.baseOffset, 5);
+    await next.durable;
+    await assertHolds(log, [...durable, ...records(5, 2)]);
+    await log.close();
+    const again = await openPartitionLog(dir, logOptions(clock, cap.logger));
+    await assertHolds(again, [...durable, ...records(5, 2)]);
+    assert.equal(again.endOffset, 7);
+    await again.close();
+  });
+});
+
+test("a failed fdatasync left its records in the file: reopen() cuts them (never durable, never served) and offsets go on from the last synced record", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    const cap = captureLogger();
+    const ffs = new FaultFs();
+    const log = await openPartitionLog(dir, logOptions(clock, cap.logger, { fs: ffs }));
+    const durable = records(0, 4);
+    await log.append(durable, clock.nowMs()).durable;
+    const sizeSynced = fs.statSync(`${dir}/00000000000000000000.log`).size;
+    ffs.inject({ op: "fdatasync", code: "EIO", pathEndsWith: ".log", times: 1 });
+    await assert.rejects(log.append(records(4, 3), clock.nowMs()).durable, /EIO/);
+    assert.ok(fs.statSync(`${dir}/00000000000000000000.log`).size > sizeSynced, "the failed commit's bytes reached the file");
+    await log.reopen();
+    assert.equal(fs.statSync(`${dir}/00000000000000000000.log`).size, sizeSynced, "cut back to the synced bytes");
+    assert.equal(log.endOffset, 4);
+    assert.equal((await log.read(0, 100, 100 * MiB)).length, 4);
+    const next = log.append(records(100, 1), clock.nowMs());
+    assert.equal(next.baseOffset, 4);
+    await next.durable;
+    await log.close();
+  });
+});
+
+test("each partition held its descriptors for life: an idle partition log lets them go, and the next read and append open them again", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    const cap = captureLogger();
+    const log = await openPartitionLog(dir, logOptions(clock, cap.logger));
+    await log.append(records(0, 3), clock.nowMs()).durable;
+    assert.ok(log.openFds >= 1);
+    assert.equal(log.closeIdleFiles(1000), 0, "not idle yet");
+    clock.advance(1000);
+    assert.ok(log.closeIdleFiles(1000) >= 1);
+    assert.equal(log.openFds, 0, "an idle log holds no descriptor");
+    assert.equal((await log.read(0, 10, MiB)).length, 3, "a read opens the segment again");
+    clock.advance(1000);
+    log.closeIdleFiles(1000);
+    assert.equal(log.openFds, 0);
+    const next = log.append(records(3, 1), clock.nowMs());
+    assert.equal(next.baseOffset, 3);
+    await next.durable;
+    await log.close();
+    const again = await openPartitionLog(dir, logOptions(clock, cap.logger));
+    await assertHolds(again, records(0, 4));
+    await again.close();
+  });
+});
+
+test("each ack log held its descriptor for life: an idle ack log lets it go, and the next flush opens it again; acks survive a reopen", async () => {
+  await withTempDir(async (dir) => {
+    const scheduler = new ManualScheduler(new ManualClock());
+    const ffs = new FaultFs();
+    const log = await openAckLog(dir, manualAckOptions(scheduler, ffs));
+    log.ack(0);
+    scheduler.advance(SYNC_MS);
+    await log.drained();
+    assert.equal(log.openFds, 1);
+    log.closeIdleFile(10 * SYNC_MS);
+    await log.drained();
+    assert.equal(log.openFds, 1, "not idle long enough");
+    scheduler.advance(10 * SYNC_MS);
+    await log.drained();
+    log.closeIdleFile(10 * SYNC_MS);
+    await log.drained();
+    assert.equal(log.openFds, 0, "an idle ack log holds no descriptor");
+    log.ack(1);
+    scheduler.advance(SYNC_MS);
+    await log.drained();
+    assert.equal(log.openFds, 1, "the flush opened it again");
+    await log.close();
+    const again = await openAckLog(dir, manualAckOptions(new ManualScheduler(), new FaultFs()));
+    assert.ok(again.isAcked(0) && again.isAcked(1));
+    await again.close();
+  });
+});

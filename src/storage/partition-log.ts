@@ -28,7 +28,15 @@
 //
 // Failure. A failed write or fdatasync leaves the file in an unknown state (the kernel may have
 // dropped the dirty pages), so the log stops: covered and queued appends reject, later appends
-// reject, reads of synced records go on. Reopening the log runs recovery again.
+// reject, reads of synced records go on. reopen() (the broker calls it after a back-off, when the
+// disk may have room again) cuts every file back to what was fsynced, so a record that was never
+// durable is never served, and recovers the log from disk as a start does; while the cause
+// remains it fails and the log stays stopped.
+//
+// Descriptors. A log holds the active segment's fd, the sealed segments' fds of the LRU, and the
+// directory's fd (for the fsyncs of creations and removals). closeIdleFiles() lets them all go
+// when nothing is staged, syncing or read; the next append or read opens what it needs again,
+// so a node's idle partitions pin no descriptor (docs/operations.md, "File descriptors").
 //
 // Roll. A roll is decided synchronously (in append when the records would pass segmentBytesMax,
 // or in maybeRoll/enforceRetention): the staging buffer remembers which byte ranges belong to which
@@ -196,6 +204,14 @@ export class FilePartitionLog implements PartitionLog {
   /** Sealed segments with an open fd and no pin, least recently used first. */
   private readonly fdCache = new Map<Segment, true>();
   private readonly backgroundWrites = new Set<Promise<void>>();
+  /** The active segment's file exists but its fd was let go by closeIdleFiles. */
+  private activeClosed = false;
+  /** A reopen after a failure in progress: reads wait for it (it swaps the segments). */
+  private reopening: Promise<void> | null = null;
+  /** Maintenance runs (roll, retention) started and not finished: they use the fds. */
+  private maintaining = 0;
+  /** monoMs of the last append or read (closeIdleFiles). */
+  private lastUseMs: number;
 
   constructor(
     readonly dir: string,
@@ -212,6 +228,7 @@ export class FilePartitionLog implements PartitionLog {
     this.segmentBytesMax = opts.segmentBytesMax;
     this.segmentAgeMaxMs = opts.segmentAgeMaxMs;
     this.openSegmentFdsMax = Math.max(1, opts.openSegmentFdsMax ?? OPEN_SEGMENT_FDS_DEFAULT);
+    this.lastUseMs = this.clock.monoMs();
   }
 
   get endOffset(): number {
@@ -263,6 +280,18 @@ export class FilePartitionLog implements PartitionLog {
       total += HEADER_BYTES + keyBytes + r.payload.length;
     }
     if (n === 0) return { baseOffset, durable: Promise.resolve() };
+    if (this.activeClosed) {
+      // Nothing is assigned yet: a refusal here is definite and leaves the log as it was.
+      try {
+        this.reopenActiveFd();
+      } catch (err) {
+        const cause = err as Error;
+        return {
+          baseOffset,
+          durable: rejectedHandled(new StorageError("storage_failed", `cannot open ${this.active.logPath}: ${cause.message}`, { cause })),
+        };
+      }
+    }
 
     let seg = this.active;
     if (seg.appendBytes > 0 && seg.appendBytes + total > this.segmentBytesMax) seg = this.rollActive("size");
@@ -290,6 +319,7 @@ export class FilePartitionLog implements PartitionLog {
 
     this.endOffsetValue += n;
     this.pendingSyncBytesValue += total;
+    this.lastUseMs = this.clock.monoMs();
     const commit = this.collecting ?? (this.collecting = newCommit());
     commit.endOffset = this.endOffsetValue;
     commit.bytes += total;
@@ -346,6 +376,14 @@ export class FilePartitionLog implements PartitionLog {
     this.syncing = commit;
 
     const dirSync = this.dirSyncNeeded;
+    if (dirSync) {
+      try {
+        this.openDirFd();
+      } catch (err) {
+        this.fail(err, "directory open", commit);
+        return;
+      }
+    }
     this.dirSyncNeeded = false;
     let outstanding = touched.length + (dirSync ? 1 : 0);
     let firstError: Error | null = null;
@@ -438,6 +476,8 @@ export class FilePartitionLog implements PartitionLog {
     assert.equal(old.endOffset, this.endOffsetValue);
     old.sealed = true;
     old.trim();
+    // A sealed segment's fd is opened on demand (for reads); only the active one is flagged.
+    this.activeClosed = false;
     this.sealing.push(old);
     const seg = new Segment(this.dir, this.endOffsetValue);
     this.segments.push(seg);
@@ -487,7 +527,7 @@ export class FilePartitionLog implements PartitionLog {
       this.createSegmentFile(seg);
       // The flusher also fsyncs the directory before its next commit covers this segment
       // (dirSyncNeeded stays set), so records are never durable before their file's entry.
-      await fsyncAsync(this.fs, this.dirFd);
+      await fsyncAsync(this.fs, this.openDirFd());
     } catch (err) {
       this.fail(err, "segment creation", null);
       throw this.failure;
@@ -495,7 +535,8 @@ export class FilePartitionLog implements PartitionLog {
   }
 
   private acquireFd(seg: Segment): number {
-    if (seg.fd < 0) seg.fd = this.fs.openSync(seg.logPath, "r");
+    if (seg === this.active && this.activeClosed) this.reopenActiveFd();
+    else if (seg.fd < 0) seg.fd = this.fs.openSync(seg.logPath, "r");
     if (!seg.pinned) {
       this.fdCache.delete(seg);
       this.fdCache.set(seg, true);
@@ -531,8 +572,186 @@ export class FilePartitionLog implements PartitionLog {
     });
   }
 
+  /** The directory's fd, opened when a creation or removal must be made durable. */
+  private openDirFd(): number {
+    if (this.dirFd < 0) this.dirFd = this.fs.openSync(this.dir, "r");
+    return this.dirFd;
+  }
+
+  private fsyncDirFd(): Promise<void> {
+    let fd: number;
+    try {
+      fd = this.openDirFd();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return fsyncAsync(this.fs, fd);
+  }
+
+  private reopenActiveFd(): void {
+    assert.ok(this.activeClosed && this.active.fd < 0);
+    this.active.fd = this.fs.openSync(this.active.logPath, "r+");
+    this.activeClosed = false;
+  }
+
+  /**
+   * Lets go of every descriptor this log holds when it has been idle (no append or read) for
+   * idleMs and nothing is staged, syncing or being read: the next append or read opens what it
+   * needs again. Returns how many descriptors it closed.
+   */
+  closeIdleFiles(idleMs: number): number {
+    if (this.closing || this.failure !== null || this.reopening !== null || this.maintaining > 0) return 0;
+    if (this.clock.monoMs() - this.lastUseMs < idleMs) return 0;
+    if (this.collecting !== null || this.syncing !== null || this.flushScheduled || this.readsInFlight > 0 || this.sealing.length > 0 || this.dirSyncNeeded) return 0;
+    let closed = 0;
+    for (const seg of this.segments) {
+      if (seg.fd < 0 || seg.refs > 0) continue;
+      if (seg === this.active) this.activeClosed = true;
+      this.fdCache.delete(seg);
+      this.closeSegmentFd(seg);
+      closed++;
+    }
+    if (this.dirFd >= 0) {
+      const fd = this.dirFd;
+      this.dirFd = -1;
+      this.fs.close(fd, (err) => {
+        if (err) this.log.warn({ err }, "closing the partition directory failed");
+      });
+      closed++;
+    }
+    return closed;
+  }
+
+  /** Descriptors held now (for tests and the descriptor budget). */
+  get openFds(): number {
+    let n = this.dirFd >= 0 ? 1 : 0;
+    for (const seg of this.segments) if (seg.fd >= 0) n++;
+    return n;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Reopen after a failure
+
+  /**
+   * After a failure: cuts every segment file back to what was fsynced (what a failed write or
+   * fsync left past it was never acknowledged, and its pages may be gone while the kernel calls
+   * them clean: fsyncgate), then recovers the log from disk as a start does, and takes appends
+   * again. Rejects, leaving the log stopped and its synced records readable, while the cause
+   * remains (the disk still full, no descriptor free). Nothing to do on a log that did not fail.
+   */
+  reopen(): Promise<void> {
+    if (this.failure === null || this.closing) return Promise.resolve();
+    this.reopening ??= this.reopenNow().finally(() => {
+      this.reopening = null;
+    });
+    return this.reopening;
+  }
+
+  private async reopenNow(): Promise<void> {
+    // A commit whose fdatasync is in flight still counts if it succeeds; reads use the old files.
+    while (this.syncing !== null || this.readsInFlight > 0) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+    await this.maintenance;
+    await Promise.all([...this.backgroundWrites]);
+    const synced = this.syncedOffsetValue;
+    await this.cutToSynced(synced);
+    const fresh = new FilePartitionLog(this.dir, this.opts);
+    try {
+      await fresh.recover();
+      if (fresh.endOffset !== synced) {
+        throw new StorageError("storage_failed", `partition log ${this.dir} recovered to offset ${fresh.endOffset}, but ${synced} were synced`);
+      }
+    } catch (err) {
+      await fresh.close().catch(() => {});
+      this.log.warn({ err: (err as Error).message }, "the failed partition log could not be reopened yet");
+      throw err;
+    }
+    this.adopt(fresh);
+    this.log.warn({ endOffset: synced, failure: this.failure?.message }, "the failed partition log was reopened: appends are taken again");
+    this.failure = null;
+  }
+
+  /** Cuts each segment file to the bytes of records below `synced`; removes segments past it. */
+  private async cutToSynced(synced: number): Promise<void> {
+    let dirChanged = false;
+    for (const seg of this.segments) {
+      if (seg.endOffset <= synced) continue;
+      if (seg.baseOffset > synced) {
+        await this.fs.unlink(seg.logPath).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== "ENOENT") throw err;
+        });
+        await this.fs.unlink(seg.indexPath).catch(() => {});
+        dirChanged = true;
+        continue;
+      }
+      const keepBytes = seg.baseOffset === synced ? 0 : seg.positions[synced - seg.baseOffset]!;
+      assert.ok(keepBytes !== NO_RECORD, "a record past syncedOffset is never a damaged one");
+      let fd = seg.fd;
+      let own = false;
+      if (fd < 0) {
+        try {
+          fd = await openAsync(this.fs, seg.logPath, "r+");
+          own = true;
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+          // Never created (a roll's file failed): the segment named by `synced` is made now, so
+          // the log on disk still says where offsets go on.
+          if (seg.baseOffset !== synced) continue;
+          fd = await openAsync(this.fs, seg.logPath, "w+", 0o644);
+          own = true;
+          dirChanged = true;
+        }
+      }
+      try {
+        await ftruncateAsync(this.fs, fd, keepBytes);
+        await fdatasyncAsync(this.fs, fd);
+      } finally {
+        if (own) await closeAsync(this.fs, fd).catch(() => {});
+      }
+      this.log.warn({ segment: seg.name, bytes: seg.writtenBytes - keepBytes, endOffset: synced }, "cut the bytes a failed commit left past the synced records");
+    }
+    if (dirChanged) await fsyncAsync(this.fs, this.openDirFd());
+  }
+
+  /** Takes the state of a log freshly recovered from the same directory; ours is let go. */
+  private adopt(fresh: FilePartitionLog): void {
+    for (const seg of this.segments) {
+      assert.equal(seg.refs, 0);
+      this.closeSegmentFd(seg);
+    }
+    if (this.dirFd >= 0) {
+      this.fs.close(this.dirFd, () => {});
+      this.dirFd = -1;
+    }
+    this.fdCache.clear();
+    this.segments = fresh.segments;
+    this.active = fresh.active;
+    this.dirFd = fresh.dirFd;
+    for (const seg of fresh.fdCache.keys()) this.fdCache.set(seg, true);
+    this.activeClosed = false;
+    this.endOffsetValue = fresh.endOffsetValue;
+    this.writtenOffset = fresh.writtenOffset;
+    this.syncedOffsetValue = fresh.syncedOffsetValue;
+    // Failed commits never gave their bytes back; nothing is staged now.
+    this.pendingSyncBytesValue = 0;
+    this.stageBytes = 0;
+    this.groups = [];
+    this.sealing = [];
+    this.collecting = null;
+    this.dirSyncNeeded = false;
+    Object.assign(this.recovery, fresh.recovery);
+    this.lastUseMs = this.clock.monoMs();
+  }
+
+  /** Chains a maintenance step, counted in `maintaining` from its call to its end. */
+  private maintain<T>(step: () => Promise<T>): Promise<T> {
+    this.maintaining++;
+    const run = this.maintenance.then(step).finally(() => this.maintaining--);
+    this.maintenance = run.catch(() => {});
+    return run;
+  }
+
   async maybeRoll(): Promise<void> {
-    const run = this.maintenance.then(async () => {
+    return this.maintain(async () => {
       if (this.failure !== null || this.closing) return;
       const a = this.active;
       if (a.count === 0) return;
@@ -541,14 +760,10 @@ export class FilePartitionLog implements PartitionLog {
       else return;
       await this.ensureActiveFile();
     });
-    this.maintenance = run.catch(() => {});
-    return run;
   }
 
   async enforceRetention(retentionMs: number): Promise<number> {
-    const run = this.maintenance.then(() => this.enforceRetentionNow(retentionMs));
-    this.maintenance = run.catch(() => {});
-    return run;
+    return this.maintain(() => this.enforceRetentionNow(retentionMs));
   }
 
   private async enforceRetentionNow(retentionMs: number): Promise<number> {
@@ -574,7 +789,7 @@ export class FilePartitionLog implements PartitionLog {
     }
     if (removed.length === 0) return this.earliestOffset;
     for (const s of removed) await this.removeSegment(s);
-    await fsyncAsync(this.fs, this.dirFd).catch((err: unknown) => this.log.warn({ err }, "directory fsync after retention failed"));
+    await this.fsyncDirFd().catch((err: unknown) => this.log.warn({ err }, "directory fsync after retention failed"));
     this.log.info(
       { removed: removed.map((s) => s.name), earliestOffset: this.earliestOffset, retentionMs },
       "retention removed segments",
@@ -600,7 +815,11 @@ export class FilePartitionLog implements PartitionLog {
   async read(fromOffset: number, maxRecords: number, maxBytes: number): Promise<StoredRecord[]> {
     if (this.closing) throw new StorageError("log_closed", `partition log ${this.dir} is closed`);
     if (!Number.isSafeInteger(fromOffset)) assert.fail(`bad fromOffset ${fromOffset}`); // the message is built only on failure
+    // A reopen swaps the segments: a read starts before it or after it. Synced records are read
+    // the same either way (the reopen keeps every one of them).
+    if (this.reopening !== null) await this.reopening.catch(() => {});
     this.readsInFlight++;
+    this.lastUseMs = this.clock.monoMs();
     try {
       return await this.readRuns(fromOffset, maxRecords, maxBytes);
     } finally {
@@ -723,8 +942,9 @@ export class FilePartitionLog implements PartitionLog {
     await this.waitIdle();
     await this.maintenance;
     await Promise.all([...this.backgroundWrites]);
+    if (this.reopening !== null) await this.reopening.catch(() => {});
     const active = this.segments.length > 0 ? this.active : null;
-    if (this.failure === null && active !== null && active.count > 0 && active.fd >= 0) {
+    if (this.failure === null && active !== null && active.count > 0 && (active.fd >= 0 || this.activeClosed)) {
       // Saves the next open a scan of the active segment.
       await this.fs.writeFileAtomic(active.indexPath, encodeIndex(active)).catch((err: unknown) =>
         this.log.warn({ err }, "could not write the active segment's index"),
@@ -754,7 +974,6 @@ export class FilePartitionLog implements PartitionLog {
       this.log.warn("TEST-ONLY power-loss mode: unsynced bytes are kept in process memory");
     }
     await this.fs.mkdirp(this.dir);
-    this.dirFd = await openAsync(this.fs, this.dir, "r");
     const entries = await this.fs.readdir(this.dir);
     const logBases: number[] = [];
     const indexBases = new Set<number>();
@@ -792,8 +1011,8 @@ export class FilePartitionLog implements PartitionLog {
       const seg = new Segment(this.dir, 0);
       this.createSegmentFile(seg);
       this.dirSyncNeeded = false;
-      await fsyncAsync(this.fs, this.dirFd);
       this.segments.push(seg);
+      await this.fsyncDirFd();
     }
     this.active = this.segments[this.segments.length - 1]!;
     for (const seg of this.segments) {

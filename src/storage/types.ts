@@ -109,6 +109,19 @@ export interface PartitionLog {
 
   /** What recovery found when the log was opened. */
   readonly recovery: RecoveryReport;
+
+  /** The error that stopped the log (a failed write or fdatasync), or null: it takes appends. */
+  readonly failed: Error | null;
+
+  /**
+   * After a failure: cuts the files back to what was fsynced and recovers from disk, as a start
+   * does; the log then takes appends again. Rejects, and the log stays stopped, while the cause
+   * remains. Resolves at once on a log that did not fail.
+   */
+  reopen(): Promise<void>;
+
+  /** Lets go of its descriptors if idle for idleMs (they are opened again on demand); returns how many. */
+  closeIdleFiles(idleMs: number): number;
 }
 
 /**
@@ -129,6 +142,8 @@ export interface AckLog {
   readonly ackedAboveFloor: number;
   /** Writes and fsyncs every buffered ack now (SIGTERM path). */
   flushAndSync(): Promise<void>;
+  /** Lets go of its descriptor when nothing waits to be written and nothing was for idleMs. */
+  closeIdleFile(idleMs: number): void;
   close(): Promise<void>;
 }
 

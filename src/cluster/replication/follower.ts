@@ -122,6 +122,9 @@ export class FollowerReplica {
     return this.serially(async () => {
       if (epoch < this.epoch) throw new ReplicaRefusal("stale", `epoch ${epoch} is older than ${this.epoch}`, this.log.endOffset, this.epoch);
       if (epoch !== this.joinedEpoch) throw new ReplicaRefusal("rejoin", `epoch ${epoch} has not joined this replica`, this.log.endOffset, this.epoch);
+      // A log stopped by a failed write (a full disk) is cut back to what it fsynced and opened
+      // again once the cause is gone; until then the leader hears an error and retries.
+      if (this.log.failed !== null) await this.log.reopen();
       const end = this.log.endOffset;
       if (first !== end) throw new ReplicaRefusal("rejoin", `records start at ${first}, this replica ends at ${end}`, end, this.epoch);
       if (records.length === 0) return end;

@@ -222,6 +222,25 @@ export class ReplicatedLog implements PartitionLog {
     return this.inner.read(fromOffset, Math.min(maxRecords, limit - Math.max(fromOffset, this.inner.earliestOffset)), maxBytes);
   }
 
+  get failed(): Error | null {
+    return this.inner.failed;
+  }
+
+  /**
+   * A leader's log that failed is not reopened in place: reopening cuts it back to what was
+   * fsynced here, but the followers may hold records past that point under this same epoch, and
+   * two replicas with one epoch at an offset must hold one record. The partition stays stopped
+   * (its produces refused) until it is opened again at a new epoch (a restart, or a failover).
+   */
+  reopen(): Promise<void> {
+    if (this.inner.failed === null) return Promise.resolve();
+    return Promise.reject(new Error("the leader of a replicated partition does not reopen its failed log in place; restart the node (a follower takes over meanwhile if its lease lapses)"));
+  }
+
+  closeIdleFiles(idleMs: number): number {
+    return this.inner.closeIdleFiles(idleMs);
+  }
+
   maybeRoll(): Promise<void> {
     return this.inner.maybeRoll();
   }
@@ -582,6 +601,9 @@ class ShippingAcks implements AckLog {
   }
   flushAndSync(): Promise<void> {
     return this.inner.flushAndSync();
+  }
+  closeIdleFile(idleMs: number): void {
+    this.inner.closeIdleFile(idleMs);
   }
   close(): Promise<void> {
     return this.inner.close();

@@ -1,6 +1,7 @@
 // Probes and metrics: /healthz (the process answers; no credentials), /readyz (this node serves
-// its partitions now: started, not stopping, and in a cluster its control-plane lease is live;
-// no credentials, so a load balancer can ask) and /metrics (Prometheus text; any valid user).
+// its partitions now: started, not stopping, in a cluster its control-plane lease is live, and
+// its storage takes writes: no partition's log stopped by a failed write, descriptors left; no
+// credentials, so a load balancer can ask) and /metrics (Prometheus text; any valid user).
 //
 // Metrics name topics in their labels (topic, parent, child), so a user sees only the series of
 // the topics it may see, as everywhere else: grants do not reveal names (docs/security.md). An
@@ -12,13 +13,15 @@ import { NaradError } from "../../protocol/errors.js";
 import { head, sendError, sendJson } from "../respond.js";
 import type { RouteDeps } from "../router.js";
 
-export function opsRoutes({ on, svc, nodeId, bootId }: RouteDeps, serving: () => boolean): void {
+export function opsRoutes({ on, svc, nodeId, bootId }: RouteDeps, serving: () => boolean, notReady: () => string | null): void {
   on("GET", "/healthz", "none", (_req, res) => sendJson(res, 200, { status: "ok", node: nodeId, boot: bootId }));
-  on("GET", "/readyz", "none", (_req, res) =>
-    serving()
-      ? sendJson(res, 200, { status: "ready" })
-      : sendError(res, new NaradError("shutting_down", "The node is not serving its partitions now: it is starting, stopping, or its control-plane lease lapsed.")),
-  );
+  on("GET", "/readyz", "none", (_req, res) => {
+    if (!serving()) {
+      return sendError(res, new NaradError("shutting_down", "The node is not serving its partitions now: it is starting, stopping, or its control-plane lease lapsed."));
+    }
+    const why = notReady();
+    return why === null ? sendJson(res, 200, { status: "ready" }) : sendError(res, new NaradError("storage_unavailable", why));
+  });
   on("GET", "/metrics", "user", async (_req, res, _p, _q, ctx) => {
     const all = await svc.metrics.registry.metrics();
     const text = ctx.principal === null || isAdmin(ctx.principal) ? all : visibleSeries(all, svc, ctx.principal);
