@@ -24,6 +24,7 @@ import { ControlPlane } from "./cluster/control-plane.js";
 import { ClusterUsers } from "./cluster/users.js";
 import { Mover } from "./cluster/moves.js";
 import { Replication } from "./cluster/replication/replication.js";
+import { replicationFaults } from "./cluster/replication/faults.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
 import { ClusterService } from "./cluster/service.js";
@@ -283,6 +284,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       logger: log,
       ackTimeoutMs: cfg["replication.ack_timeout_ms"] as number,
       ackShipIntervalMs: brokerOptions.ackFlushIntervalMs,
+      faults: replicationFaults(bugs),
     });
     ownership.replicas = replication;
     service = new ClusterService({

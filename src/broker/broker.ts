@@ -490,7 +490,7 @@ export class Broker {
       items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
       new Map([[partition, items.map((_, i) => i)]]),
     );
-    if (!this.owns(t, p)) {
+    if (!this.faults.ownsAfterWrite(this.owns(t, p))) {
       throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
     }
     this.metrics.produced.inc({ topic: topicName }, items.length);

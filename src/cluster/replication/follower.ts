@@ -22,6 +22,7 @@ import type { Logger } from "pino";
 import type { AckLog, PartitionLog, StorageFs } from "../../storage/index.js";
 import { resetLogDir, truncateLogDir } from "../../storage/index.js";
 import type { ShippedRecord } from "./codec.js";
+import { NO_REPLICATION_FAULTS, type ReplicationFaults } from "./faults.js";
 import { commonPrefix, cutHistory, lastEpoch, readReplicaFile, writeReplicaFile, type EpochEntry } from "./history.js";
 
 /** Why a follower refused a leader's request; the leader acts on the kind. */
@@ -67,10 +68,11 @@ export class FollowerReplica {
     readonly dir: string,
     private readonly storage: FollowerStorage,
     private readonly logger: Logger,
+    private readonly faults: ReplicationFaults,
   ) {}
 
-  static async open(dir: string, storage: FollowerStorage, logger: Logger): Promise<FollowerReplica> {
-    const f = new FollowerReplica(dir, storage, logger);
+  static async open(dir: string, storage: FollowerStorage, logger: Logger, faults: ReplicationFaults = NO_REPLICATION_FAULTS): Promise<FollowerReplica> {
+    const f = new FollowerReplica(dir, storage, logger, faults);
     ({ log: f.log, acks: f.acks } = await storage.open());
     const file = await readReplicaFile(dir).catch(async (e: unknown) => {
       // A damaged replica.json: the history is unknown, so nothing here can be trusted to match
@@ -146,6 +148,10 @@ export class FollowerReplica {
         const a = this.log.append(run.map((r) => (r.control === true ? { key: null, payload: r.payload, control: true as const } : { key: r.key, payload: r.payload })), run[0]!.producedAtMs);
         durable = a.durable;
         i = j;
+      }
+      if (this.faults.followerAnswersBeforeFsync) {
+        durable.catch(() => undefined); // seeded bug: the answer does not wait for the fsync
+        return this.log.endOffset;
       }
       await durable; // the last commit covers every earlier one of this request
       return this.log.endOffset;

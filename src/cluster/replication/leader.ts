@@ -74,6 +74,8 @@ export interface LeaderContext {
   ackTimeoutMs: number;
   ackShipIntervalMs: number;
   onVisible(): void;
+  /** Seeded bug acks-not-replicated (./faults.ts). */
+  acksNotShipped?: boolean;
 }
 
 interface Waiter {
@@ -531,6 +533,10 @@ export class ReplicatedLog implements PartitionLog {
 
   private shipAcks(): void {
     if (this.ackBuf.length === 0 && this.ackFloor === this.ackFloorShipped) return;
+    if (this.c.acksNotShipped === true) {
+      this.ackBuf = []; // seeded bug: acks stay on the leader
+      return;
+    }
     const batch: AckBatch = { floor: this.ackFloor, acked: this.ackBuf };
     this.ackBuf = [];
     this.ackFloorShipped = this.ackFloor;

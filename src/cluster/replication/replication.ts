@@ -33,6 +33,7 @@ import type { InternalHttp, InternalRoute } from "../internal-routes.js";
 import type { Peers } from "../peers.js";
 import { INTERNAL_PREFIX } from "../wire.js";
 import { decodeRecords } from "./codec.js";
+import { NO_REPLICATION_FAULTS, type ReplicationFaults } from "./faults.js";
 import { FollowerReplica, ReplicaRefusal, type ReplicaStatus } from "./follower.js";
 import { compareRank, type EpochEntry } from "./history.js";
 import { REPLICATION_LIMITS, ReplicatedLog, type LeaderContext } from "./leader.js";
@@ -54,6 +55,8 @@ export interface ReplicationOptions {
   ackTimeoutMs: number;
   /** storage.ack_flush_interval_ms: how often acks ship to the followers. */
   ackShipIntervalMs: number;
+  /** Seeded bugs for calibration (./faults.ts); default none. */
+  faults?: ReplicationFaults;
 }
 
 interface FollowerEntry {
@@ -72,10 +75,12 @@ export class Replication {
   private unsubscribe: (() => void) | undefined;
   private closed = false;
   readonly counts = { failovers: 0 };
+  private readonly faults: ReplicationFaults;
 
   constructor(private readonly o: ReplicationOptions) {
     this.log = o.logger.child({ module: "replication" });
     this.scheduler = o.scheduler ?? systemScheduler;
+    this.faults = o.faults ?? NO_REPLICATION_FAULTS;
   }
 
   start(): void {
@@ -124,6 +129,7 @@ export class Replication {
       ackTimeoutMs: this.o.ackTimeoutMs,
       ackShipIntervalMs: this.o.ackShipIntervalMs,
       onVisible: r.onVisible,
+      acksNotShipped: this.faults.acksNotShipped,
     };
     const leader = await ReplicatedLog.open(r.dir, r.log, r.acks, ctx);
     const key = `${name}/${partition}`;
@@ -148,7 +154,7 @@ export class Replication {
     const replica = (async () => {
       if (have !== undefined) await this.closeFollower(topic, partition);
       const dir = placement.partitionDir(topic, incarnation, partition);
-      return FollowerReplica.open(dir, { open: () => placement.openReplicaFiles(topic, incarnation, partition), fs: realFs }, logger);
+      return FollowerReplica.open(dir, { open: () => placement.openReplicaFiles(topic, incarnation, partition), fs: realFs }, logger, this.faults);
     })();
     this.followers.set(key, { incarnation, replica });
     replica.then(
@@ -330,7 +336,10 @@ export class Replication {
     const mine = me === undefined ? undefined : await me.replica.catch(() => undefined);
     if (mine === undefined) return;
     const others = p.replicas.filter((n) => n !== p.node);
-    if (acks === "leader") {
+    if (this.faults.electsIncompleteFollower) {
+      // Seeded bug: the first live follower stands, complete or not.
+      if (others.find((n) => cp.node(n)?.state === "live") !== nodeId) return;
+    } else if (acks === "leader") {
       if (!p.inSync.includes(nodeId)) return;
       const first = others.find((n) => p.inSync.includes(n) && cp.node(n)?.state === "live");
       if (first !== nodeId) return;
@@ -355,7 +364,7 @@ export class Replication {
       }
       if (best !== nodeId) return;
     }
-    const won = await cp.electLeader(topic, p.partition, p.epoch, p.node, acks === "leader");
+    const won = await cp.electLeader(topic, p.partition, p.epoch, p.node, acks === "leader" && !this.faults.electsIncompleteFollower);
     if (!won) return;
     this.counts.failovers++;
     this.log.warn({ topic, partition: p.partition, from: p.node, epoch: p.epoch + 1, acks }, "failover: this node leads the partition now (its leader's lease lapsed)");
