@@ -60,7 +60,9 @@ import { NO_FAULTS, type BrokerFaults } from "./faults.js";
 import { HandleCodec } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
 import { BrokerMetrics } from "./metrics.js";
-import { PartitionOpener } from "./partition-opener.js";
+import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
+
+export type { ReplicatedParts } from "./partition-opener.js";
 import type { Partition, Taken } from "./partition.js";
 import { groupByPartition } from "./partitioner.js";
 import { Topic, type TopicMeta, type Waiter } from "./topic.js";
@@ -136,7 +138,7 @@ export interface BrokerCluster {
   replicate?: {
     /** Before an owned replicated partition's files open here: a follower's copy of them closes. */
     prepare(topic: string, partition: number): Promise<void>;
-    wrap(o: ReplicateRequest): Promise<{ log: PartitionLog; acks: AckLog }>;
+    wrap(o: ReplicateRequest): Promise<ReplicatedParts>;
   };
 }
 

@@ -13,6 +13,7 @@ import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { AckLog, PartitionLog } from "../storage/index.js";
+import type { CursorFile } from "../storage/cursor-file.js";
 import type { ChildLinks } from "./child-links.js";
 import type { MetadataStore } from "./metadata.js";
 import type { Partition } from "./partition.js";
@@ -159,8 +160,18 @@ export class ClusterTopics {
    * Opens a partition's log and ack log in its directory without serving it: a follower replica
    * of a replicated partition (src/cluster/replication), which only the leader writes to.
    */
-  openReplicaFiles(name: string, incarnation: number, partition: number): Promise<{ log: PartitionLog; acks: AckLog }> {
-    return this.o.partitions.openFiles(this.partitionDir(name, incarnation, partition), this.o.logger.child({ topic: name, partition, replica: "follower" }));
+  openReplicaFiles(name: string, incarnation: number, partition: number): Promise<{ log: PartitionLog; acks: AckLog; cursors: CursorFile }> {
+    const dir = this.partitionDir(name, incarnation, partition);
+    const logger = this.o.logger.child({ topic: name, partition, replica: "follower" });
+    return this.o.partitions.openFiles(dir, logger).then(async (f) => {
+      try {
+        return { ...f, cursors: this.o.partitions.openCursorFile(dir, logger) };
+      } catch (e) {
+        await f.log.close().catch(() => undefined);
+        await f.acks.close().catch(() => undefined);
+        throw e;
+      }
+    });
   }
 
   /** A partition's directory on this node. */

@@ -16,10 +16,18 @@ import type { Clock } from "../platform/clock.js";
 import type { Scheduler } from "../platform/scheduler.js";
 import { CURSOR_FILE_NAME, CursorFile } from "../storage/cursor-file.js";
 import { openAckLog, openPartitionLog, type AckLog, type PartitionLog, type StorageFs } from "../storage/index.js";
-import { PartitionCopier, type CopySink } from "./children.js";
+import { PartitionCopier, type CopyCursors, type CopySink } from "./children.js";
 import type { BrokerFaults } from "./faults.js";
 import { Partition } from "./partition.js";
 import type { Topic } from "./topic.js";
+
+/** An owned replicated partition's parts as replication wraps them (src/cluster/replication). */
+export interface ReplicatedParts {
+  log: PartitionLog;
+  acks: AckLog;
+  /** Wraps the copy cursors, so that they reach the followers too. */
+  cursors?: (c: CopyCursors) => CopyCursors;
+}
 
 export interface PartitionStorageOptions {
   clock: Clock;
@@ -40,7 +48,7 @@ export interface PartitionStorageOptions {
   replicate?: {
     /** Before the files open: a follower replica of the same files is closed first. */
     prepare(t: Topic, i: number): Promise<void>;
-    wrap(t: Topic, i: number, epoch: number, dir: string, log: PartitionLog, acks: AckLog): Promise<{ log: PartitionLog; acks: AckLog }>;
+    wrap(t: Topic, i: number, epoch: number, dir: string, log: PartitionLog, acks: AckLog): Promise<ReplicatedParts>;
   };
 }
 
@@ -94,6 +102,19 @@ export class PartitionOpener {
     return { log, acks };
   }
 
+  /** Opens a partition directory's copy cursors (children.cursors). */
+  openCursorFile(pdir: string, logger: Logger): CursorFile {
+    const o = this.o;
+    return CursorFile.open(join(pdir, CURSOR_FILE_NAME), {
+      ackFlushIntervalMs: o.ackFlushIntervalMs,
+      ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
+      powerLoss: o.powerLoss,
+      logger,
+      scheduler: o.scheduler,
+      fs: o.fs,
+    });
+  }
+
   /** Opens partition i of t at `epoch` (0 on a single node). */
   async open(t: Topic, i: number, epoch: number): Promise<void> {
     const o = this.o;
@@ -104,9 +125,10 @@ export class PartitionOpener {
     const files = await this.openFiles(pdir, logger);
     let log = o.faults.openedLog(files.log);
     let acks = o.faults.openedAcks(files.acks);
+    let wrapCursors: ((c: CopyCursors) => CopyCursors) | undefined;
     if (replicated) {
       try {
-        ({ log, acks } = await o.replicate!.wrap(t, i, epoch, pdir, log, acks));
+        ({ log, acks, cursors: wrapCursors } = await o.replicate!.wrap(t, i, epoch, pdir, log, acks));
       } catch (e) {
         await log.close().catch(() => undefined);
         await acks.close().catch(() => undefined);
@@ -115,14 +137,7 @@ export class PartitionOpener {
     }
     let cursorFile: CursorFile;
     try {
-      cursorFile = CursorFile.open(join(pdir, CURSOR_FILE_NAME), {
-        ackFlushIntervalMs: o.ackFlushIntervalMs,
-        ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
-        powerLoss: o.powerLoss,
-        logger,
-        scheduler: o.scheduler,
-        fs: o.fs,
-      });
+      cursorFile = this.openCursorFile(pdir, logger);
     } catch (e) {
       await log.close().catch(() => {});
       await acks.close().catch(() => {});
@@ -130,7 +145,8 @@ export class PartitionOpener {
     }
     const part = new Partition(i, log, acks, epoch, this.firstTag(t, i));
     t.partitions[i] = part;
-    const cursors = o.faults.openedCursors(cursorFile);
+    const opened = o.faults.openedCursors(cursorFile);
+    const cursors = wrapCursors?.(opened) ?? opened;
     // A link without a cursor here means the partition was added after the attach: every
     // record in it was produced after the attach, so copying starts at its beginning.
     for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);

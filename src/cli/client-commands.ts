@@ -46,10 +46,18 @@ function topicOptions(cmd: Command): Command {
     .option("--retention-ms <ms>", "how long messages are kept", intArg("--retention-ms", 1));
 }
 
+function acksArg(v: unknown): "leader" | "quorum" | undefined {
+  if (v === undefined) return undefined;
+  if (v !== "leader" && v !== "quorum") throw new UsageError(`--acks must be leader or quorum, not ${JSON.stringify(v)}`);
+  return v;
+}
+
 function registerTopic(program: Command): void {
   const topic = usageExits(program.command("topic").description("create, list, describe, update and delete topics"));
 
   topicOptions(leaf(topic, "create <name>", "create a topic"))
+    .option("--replication-factor <n>", "copies of each partition, 1 to 5 (above 1 needs a cluster)", intArg("--replication-factor", 1))
+    .option("--acks <mode>", "what a 202 waits for: leader or quorum (default quorum with more than one copy)")
     .option("--json", "print the topic as JSON")
     .action(
       clientAction(async (c: Narad, o: Opts, name: string) => {
@@ -58,6 +66,8 @@ function registerTopic(program: Command): void {
           partitions: o.partitions as number | undefined,
           visibilityTimeoutMs: o.visibilityTimeoutMs as number | undefined,
           retentionMs: o.retentionMs as number | undefined,
+          replicationFactor: o.replicationFactor as number | undefined,
+          acks: acksArg(o.acks),
         });
         if (o.json) json(topicJson(t));
         else out(`created topic ${t.name} (${topicSummary(t)})\n`);
@@ -90,7 +100,8 @@ function registerTopic(program: Command): void {
       }),
     );
 
-  topicOptions(leaf(topic, "update <name>", "raise partitions, change the visibility timeout or retention"))
+  topicOptions(leaf(topic, "update <name>", "raise partitions, change the visibility timeout, retention or acks mode"))
+    .option("--acks <mode>", "a replicated topic's acks mode: leader or quorum")
     .option("--json", "print the topic as JSON")
     .action(
       clientAction(async (c: Narad, o: Opts, name: string) => {
@@ -98,8 +109,9 @@ function registerTopic(program: Command): void {
         if (o.partitions !== undefined) change.partitions = o.partitions as number;
         if (o.visibilityTimeoutMs !== undefined) change.visibilityTimeoutMs = o.visibilityTimeoutMs as number;
         if (o.retentionMs !== undefined) change.retentionMs = o.retentionMs as number;
+        if (o.acks !== undefined) change.acks = acksArg(o.acks);
         if (Object.keys(change).length === 0) {
-          throw new UsageError("nothing to change: give --partitions, --visibility-timeout-ms or --retention-ms");
+          throw new UsageError("nothing to change: give --partitions, --visibility-timeout-ms, --retention-ms or --acks");
         }
         const t = await c.updateTopic(name, change);
         if (o.json) json(topicJson(t));

@@ -28,11 +28,15 @@ export function topicJson(t: Topic): Record<string, unknown> {
     partitions: t.partitions,
     visibility_timeout_ms: t.visibilityTimeoutMs,
     retention_ms: t.retentionMs,
+    replication_factor: t.replicationFactor,
+    acks: t.acks,
     owner: t.owner,
     children: t.children.map((c) => (c.delayMs === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delayMs })),
   };
   if (t.createdAt !== undefined) out.created_at = t.createdAt;
-  if (t.placement !== undefined) out.placement = t.placement;
+  if (t.placement !== undefined) {
+    out.placement = t.placement.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas, in_sync: p.inSync }));
+  }
   return out;
 }
 
@@ -48,12 +52,19 @@ export function topicDescription(t: Topic): string {
     ["retention", `${t.retentionMs} ms (${humanMs(t.retentionMs)})`],
     ["owner", t.owner ?? "-"],
   ];
+  if (t.replicationFactor > 1) lines.push(["replication", `${t.replicationFactor} copies, acks ${t.acks}`]);
   if (t.createdAt !== undefined) lines.push(["created", new Date(t.createdAt).toISOString()]);
   lines.push([
     "children",
     t.children.length === 0 ? "-" : t.children.map((c) => `${c.topic} (${c.kind}${c.delayMs !== undefined ? `, ${c.delayMs} ms` : ""})`).join(", "),
   ]);
-  if (t.placement !== undefined) {
+  if (t.placement !== undefined && t.replicationFactor > 1) {
+    // One line a partition: its leader and epoch, its replicas, and which of them are in sync.
+    for (const p of t.placement) {
+      const behind = p.replicas.filter((n) => !p.inSync.includes(n));
+      lines.push([`partition ${p.partition}`, `leader ${p.node} epoch ${p.epoch}, replicas ${p.replicas.join(",")}, in sync ${p.inSync.join(",")}${behind.length > 0 ? ` (behind: ${behind.join(",")})` : ""}`]);
+    }
+  } else if (t.placement !== undefined) {
     lines.push(["placement", t.placement.map((p) => `${p.partition}→${p.node}@${p.epoch}`).join(" ")]);
   }
   const w = Math.max(...lines.map(([k]) => k.length));

@@ -19,7 +19,9 @@
 // Requests are handled one at a time per replica (the leader sends one at a time anyway).
 
 import type { Logger } from "pino";
+import type { CopyCursors } from "../../broker/children.js";
 import type { AckLog, PartitionLog, StorageFs } from "../../storage/index.js";
+import type { CursorUpdate } from "./leader.js";
 import { resetLogDir, truncateLogDir } from "../../storage/index.js";
 import type { ShippedRecord } from "./codec.js";
 import { NO_REPLICATION_FAULTS, type ReplicationFaults } from "./faults.js";
@@ -48,13 +50,14 @@ export interface ReplicaStatus {
 }
 
 export interface FollowerStorage {
-  open(): Promise<{ log: PartitionLog; acks: AckLog }>;
+  open(): Promise<{ log: PartitionLog; acks: AckLog; cursors: CopyCursors }>;
   fs: StorageFs;
 }
 
 export class FollowerReplica {
   private log!: PartitionLog;
   private acks!: AckLog;
+  private cursors!: CopyCursors;
   private history: EpochEntry[] = [];
   /** The history of the leader that joined last, whose records every append brings. */
   private leaderHistory: EpochEntry[] = [];
@@ -73,7 +76,7 @@ export class FollowerReplica {
 
   static async open(dir: string, storage: FollowerStorage, logger: Logger, faults: ReplicationFaults = NO_REPLICATION_FAULTS): Promise<FollowerReplica> {
     const f = new FollowerReplica(dir, storage, logger, faults);
-    ({ log: f.log, acks: f.acks } = await storage.open());
+    ({ log: f.log, acks: f.acks, cursors: f.cursors } = await storage.open());
     const file = await readReplicaFile(dir).catch(async (e: unknown) => {
       // A damaged replica.json: the history is unknown, so nothing here can be trusted to match
       // a leader's log; the first join cuts the whole log and copies it again.
@@ -158,17 +161,27 @@ export class FollowerReplica {
     });
   }
 
-  applyAcks(epoch: number, floor: number, acked: readonly number[]): void {
+  /** The leader's acks and copy cursors, applied here; they reach the disk on their own schedules. */
+  async applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = []): Promise<void> {
     if (this.closed || epoch < this.epoch) return;
     if (floor > this.acks.floor) this.acks.raiseFloor(floor);
     for (const o of acked) this.acks.ack(o);
+    for (const u of cursors) {
+      if (u.next === null) {
+        await this.cursors.setNow(u.child, undefined);
+        continue;
+      }
+      this.cursors.advance(u.child, u.next);
+      this.cursors.setStored(u.child, u.stored);
+    }
   }
 
   private async reopenAfter(change: () => Promise<unknown>): Promise<void> {
     await this.log.close();
     await this.acks.close();
+    await this.cursors.close();
     await change();
-    ({ log: this.log, acks: this.acks } = await this.storage.open());
+    ({ log: this.log, acks: this.acks, cursors: this.cursors } = await this.storage.open());
   }
 
   /** Housekeeping: the follower's segments age out with the topic's retention, as the leader's. */
@@ -188,5 +201,6 @@ export class FollowerReplica {
     this.closed = true;
     await this.log.close().catch((e: unknown) => this.logger.error({ err: (e as Error).message }, "closing a follower's log failed"));
     await this.acks.close().catch((e: unknown) => this.logger.error({ err: (e as Error).message }, "closing a follower's ack log failed"));
+    await this.cursors.close().catch((e: unknown) => this.logger.error({ err: (e as Error).message }, "closing a follower's copy cursors failed"));
   }
 }

@@ -23,8 +23,8 @@
 //   holding every acknowledged record, and a failover may promote only those. A follower that
 //   caught up is added back, at most once per IN_SYNC_GROW_HOLD_MS.
 //
-// Acks ship to the followers every `ackShipIntervalMs` (the ack log's flush interval), so a
-// failover forgets about as many acks as a kill of the leader would, plus the shipping lag.
+// Acks and the copy cursors of child topics ship to the followers every `ackShipIntervalMs`
+// (the ack log's flush interval), so a failover forgets about as many acks as a kill of the leader would, plus the shipping lag.
 //
 // Limits: records kept in memory for shipping are bounded by PENDING_BYTES_MAX (past it a
 // follower behind reads the leader's log, which holds everything fsynced); acks queued for an
@@ -36,6 +36,7 @@ import { NaradError } from "../../protocol/errors.js";
 import type { AcksMode } from "../../protocol/wire.js";
 import type { Clock } from "../../platform/clock.js";
 import type { Scheduler, Timer } from "../../platform/scheduler.js";
+import type { CopyCursors } from "../../broker/children.js";
 import type { AckLog, AppendInput, PartitionLog, RecoveryReport, StoredRecord } from "../../storage/index.js";
 import type { PeerRequest, PeerResponse } from "../peers.js";
 import { encodeRecords, shippedBytes, type ShippedRecord } from "./codec.js";
@@ -89,9 +90,19 @@ interface Waiter {
 interface AckBatch {
   floor: number;
   acked: number[];
+  /** Copy cursors of child topics changed since the last batch: null `next` removes one. */
+  cursors: CursorUpdate[];
+}
+
+export interface CursorUpdate {
+  child: string;
+  next: number | null;
+  stored: number[];
 }
 
 class Link {
+  /** Since when (monotonic ms) the follower's match is below the leader's end; undefined when caught up. */
+  behindSinceMono: number | undefined = undefined;
   match = 0;
   next = 0;
   joined = false;
@@ -119,6 +130,7 @@ export class ReplicatedLog implements PartitionLog {
   private tick: Timer | undefined;
   private ackTimer: Timer | undefined;
   private ackBuf: number[] = [];
+  private readonly cursorsDirty = new Map<string, CursorUpdate>();
   private ackFloor = 0;
   private ackFloorShipped = 0;
   readonly acks: AckLog;
@@ -191,7 +203,11 @@ export class ReplicatedLog implements PartitionLog {
       this.pendingBytes += shippedBytes(s);
     }
     this.trimPending();
-    for (const l of this.links.values()) l.wake?.();
+    const now = this.c.clock.monoMs();
+    for (const l of this.links.values()) {
+      if (l.behindSinceMono === undefined) l.behindSinceMono = now;
+      l.wake?.();
+    }
     durable.then(
       () => this.recompute(),
       () => undefined,
@@ -496,6 +512,7 @@ export class ReplicatedLog implements PartitionLog {
     l.match = j.end;
     l.next = j.end;
     l.backoffMs = 0;
+    if (l.match >= this.inner.endOffset) l.behindSinceMono = undefined;
     this.trimPending();
     this.recompute();
   }
@@ -521,6 +538,21 @@ export class ReplicatedLog implements PartitionLog {
     throw new Error(`follower ${l.node} answered ${res.status}: ${j.error?.message ?? res.body.toString("utf8").slice(0, 200)}`);
   }
 
+  /** Each follower's lag behind this leader, for metrics. */
+  lag(): { follower: string; records: number; ms: number; inSync: boolean; acksPending: number }[] {
+    const end = this.inner.endOffset;
+    const now = this.c.clock.monoMs();
+    const inSync = this.c.inSync();
+    return [...this.links.values()].map((l) => ({
+      follower: l.node,
+      records: Math.max(0, end - l.match),
+      ms: l.match >= end || l.behindSinceMono === undefined ? 0 : now - l.behindSinceMono,
+      inSync: inSync.includes(l.node),
+      // Acks taken here that have not reached the follower yet (buffered, queued or in flight).
+      acksPending: this.ackBuf.length + l.ackQueued,
+    }));
+  }
+
   // ---- acks ------------------------------------------------------------------------------------
 
   noteAck(offset: number): void {
@@ -531,14 +563,25 @@ export class ReplicatedLog implements PartitionLog {
     if (floor > this.ackFloor) this.ackFloor = floor;
   }
 
+  noteCursor(u: CursorUpdate): void {
+    this.cursorsDirty.set(u.child, u);
+  }
+
+  /** The copy cursors wrapped so that their changes ship with the acks. */
+  wrapCursors(c: CopyCursors): CopyCursors {
+    return new ShippingCursors(c, this);
+  }
+
   private shipAcks(): void {
-    if (this.ackBuf.length === 0 && this.ackFloor === this.ackFloorShipped) return;
+    if (this.ackBuf.length === 0 && this.ackFloor === this.ackFloorShipped && this.cursorsDirty.size === 0) return;
     if (this.c.acksNotShipped === true) {
       this.ackBuf = []; // seeded bug: acks stay on the leader
+      this.cursorsDirty.clear();
       return;
     }
-    const batch: AckBatch = { floor: this.ackFloor, acked: this.ackBuf };
+    const batch: AckBatch = { floor: this.ackFloor, acked: this.ackBuf, cursors: [...this.cursorsDirty.values()] };
     this.ackBuf = [];
+    this.cursorsDirty.clear();
     this.ackFloorShipped = this.ackFloor;
     for (const l of this.links.values()) {
       if (l.stale) continue;
@@ -565,7 +608,10 @@ export class ReplicatedLog implements PartitionLog {
           take.push(b);
           n += b.acked.length;
         }
-        const body = JSON.stringify({ floor: take[take.length - 1]!.floor, acked: take.flatMap((b) => b.acked) });
+        // Later cursor updates of a child replace earlier ones.
+        const cursors = new Map<string, CursorUpdate>();
+        for (const b of take) for (const u of b.cursors) cursors.set(u.child, u);
+        const body = JSON.stringify({ floor: take[take.length - 1]!.floor, acked: take.flatMap((b) => b.acked), cursors: [...cursors.values()] });
         try {
           const res = await this.c.send(l.node, { method: "POST", path: this.c.path("acks") + `?epoch=${this.c.epoch}`, headers: { "content-type": "application/json" }, body });
           if (res.status !== 200 && res.status !== 204) throw new Error(`answered ${res.status}`);
@@ -610,6 +656,39 @@ class ShippingAcks implements AckLog {
   }
   closeIdleFile(idleMs: number): void {
     this.inner.closeIdleFile(idleMs);
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/** The leader's copy cursors: the partition's own, whose every change also ships to the followers. */
+class ShippingCursors implements CopyCursors {
+  constructor(
+    private readonly inner: CopyCursors,
+    private readonly leader: ReplicatedLog,
+  ) {}
+  private note(child: string): void {
+    const next = this.inner.get(child);
+    this.leader.noteCursor({ child, next: next ?? null, stored: [...this.inner.stored(child)] });
+  }
+  get(child: string): number | undefined {
+    return this.inner.get(child);
+  }
+  advance(child: string, next: number): void {
+    this.inner.advance(child, next);
+    this.note(child);
+  }
+  stored(child: string): readonly number[] {
+    return this.inner.stored(child);
+  }
+  setStored(child: string, offsets: readonly number[]): void {
+    this.inner.setStored(child, offsets);
+    this.note(child);
+  }
+  async setNow(child: string, next: number | undefined): Promise<void> {
+    await this.inner.setNow(child, next);
+    this.note(child);
   }
   close(): Promise<void> {
     return this.inner.close();

@@ -23,10 +23,11 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
-import type { Broker, ReplicateRequest } from "../../broker/broker.js";
+import { Counter, Gauge, type Registry } from "prom-client";
+import type { Broker, ReplicatedParts, ReplicateRequest } from "../../broker/broker.js";
 import type { Clock } from "../../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../../platform/scheduler.js";
-import { realFs, type AckLog, type PartitionLog } from "../../storage/index.js";
+import { realFs } from "../../storage/index.js";
 import type { ControlPlane } from "../control-plane.js";
 import type { PartitionPlacement } from "../control-plane/model.js";
 import type { InternalHttp, InternalRoute } from "../internal-routes.js";
@@ -36,7 +37,7 @@ import { decodeRecords } from "./codec.js";
 import { NO_REPLICATION_FAULTS, type ReplicationFaults } from "./faults.js";
 import { FollowerReplica, ReplicaRefusal, type ReplicaStatus } from "./follower.js";
 import { compareRank, type EpochEntry } from "./history.js";
-import { REPLICATION_LIMITS, ReplicatedLog, type LeaderContext } from "./leader.js";
+import { REPLICATION_LIMITS, ReplicatedLog, type CursorUpdate, type LeaderContext } from "./leader.js";
 
 export const ELECTION_CHECK_MS = 250;
 /** How long an election waits for a follower's state. */
@@ -96,10 +97,10 @@ export class Replication {
   /** The broker hook: prepare closes a follower's copy, wrap makes the owned partition a leader. */
   readonly hook = {
     prepare: (topic: string, partition: number): Promise<void> => this.closeFollower(topic, partition),
-    wrap: (r: ReplicateRequest): Promise<{ log: PartitionLog; acks: AckLog }> => this.wrap(r),
+    wrap: (r: ReplicateRequest): Promise<ReplicatedParts> => this.wrap(r),
   };
 
-  private async wrap(r: ReplicateRequest): Promise<{ log: PartitionLog; acks: AckLog }> {
+  private async wrap(r: ReplicateRequest): Promise<ReplicatedParts> {
     const { cp } = this.o;
     const name = r.meta.name;
     const partition = r.partition;
@@ -139,7 +140,7 @@ export class Replication {
       if (this.leaders.get(key) === leader) this.leaders.delete(key);
       await close();
     };
-    return { log: leader, acks: leader.acks };
+    return { log: leader, acks: leader.acks, cursors: (c) => leader.wrapCursors(c) };
   }
 
   // ---- follower replicas ------------------------------------------------------------------------
@@ -283,14 +284,15 @@ export class Replication {
           const epoch = epochOf(q);
           const j = http.asObject(await http.readJson(req, 16 * 1024 * 1024));
           const acked = j.acked;
-          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount)) {
-            http.sendJson(res, 400, { error: { code: "bad_request", message: "acks needs floor and acked" } });
+          const cursors = parseCursors(j.cursors ?? []);
+          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount) || cursors === undefined) {
+            http.sendJson(res, 400, { error: { code: "bad_request", message: "acks needs floor, acked and cursors" } });
             return;
           }
           const have = this.followers.get(`${topic}/${partition}`);
           const f = have === undefined ? undefined : await have.replica.catch(() => undefined);
           if (f === undefined) return notReplica(res, topic, partition);
-          f.applyAcks(epoch, j.floor, acked);
+          await f.applyAcks(epoch, j.floor, acked, cursors);
           http.sendEmpty(res, 204);
         },
       },
@@ -385,9 +387,77 @@ export class Replication {
     }
   }
 
-  /** Replication lag of each follower of each partition this node leads (for metrics). */
-  leading(): number {
-    return this.leaders.size;
+  /** Registers the replication metrics on the node's registry (docs/operations.md, "Metrics"). */
+  registerMetrics(registry: Registry): void {
+    const leaders = this.leaders;
+    const counts = this.counts;
+    const cp = this.o.cp;
+    new Gauge({
+      name: "narad_replication_lag_records",
+      help: "Records a follower lacks of what its leader (this node) holds, per partition led here",
+      labelNames: ["topic", "partition", "follower"],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [key, l] of leaders) {
+          const i = key.lastIndexOf("/");
+          for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, x.records);
+        }
+      },
+    });
+    new Gauge({
+      name: "narad_replication_lag_seconds",
+      help: "How long a follower has been behind its leader (this node): 0 when it holds everything",
+      labelNames: ["topic", "partition", "follower"],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [key, l] of leaders) {
+          const i = key.lastIndexOf("/");
+          for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, x.ms / 1000);
+        }
+      },
+    });
+    new Gauge({
+      name: "narad_replication_acks_pending",
+      help: "Acks taken by the leader (this node) that have not reached a follower yet",
+      labelNames: ["topic", "partition", "follower"],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [key, l] of leaders) {
+          const i = key.lastIndexOf("/");
+          for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, x.acksPending);
+        }
+      },
+    });
+    new Gauge({
+      name: "narad_under_replicated_partitions",
+      help: "Partitions led here whose in_sync replicas are fewer than their replica set",
+      labelNames: ["topic"],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const per = new Map<string, number>();
+        for (const key of leaders.keys()) {
+          const i = key.lastIndexOf("/");
+          const topic = key.slice(0, i);
+          const p = cp.partitionPlacement(topic, Number(key.slice(i + 1)));
+          if (p !== undefined && p.inSync.length < p.replicas.length) per.set(topic, (per.get(topic) ?? 0) + 1);
+          else if (!per.has(topic)) per.set(topic, 0);
+        }
+        for (const [topic, n] of per) this.set({ topic }, n);
+      },
+    });
+    new Counter({
+      name: "narad_failovers_total",
+      help: "Failovers this node won: it became the leader of a replicated partition whose leader's lease lapsed",
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(counts.failovers);
+      },
+    });
   }
 
   async close(): Promise<void> {
@@ -404,6 +474,19 @@ export class Replication {
 
 function isCount(v: unknown): v is number {
   return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+}
+
+function parseCursors(v: unknown): CursorUpdate[] | undefined {
+  if (!Array.isArray(v) || v.length > 10_000) return undefined;
+  const out: CursorUpdate[] = [];
+  for (const x of v) {
+    if (typeof x !== "object" || x === null) return undefined;
+    const u = x as { child?: unknown; next?: unknown; stored?: unknown };
+    if (typeof u.child !== "string" || u.child.length > 256 || (u.next !== null && !isCount(u.next))) return undefined;
+    if (!Array.isArray(u.stored) || u.stored.length > 100_000 || !u.stored.every(isCount)) return undefined;
+    out.push({ child: u.child, next: u.next as number | null, stored: u.stored as number[] });
+  }
+  return out;
 }
 
 function parseHistory(v: unknown): EpochEntry[] | undefined {
