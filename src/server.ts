@@ -287,6 +287,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       faults: replicationFaults(bugs),
     });
     ownership.replicas = replication;
+    replication.ownership = ownership;
     replication.registerMetrics(broker.metrics.registry);
     service = new ClusterService({
       cp,

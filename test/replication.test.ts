@@ -1,6 +1,8 @@
 // Replicated partitions on a real three-node cluster (issue 13, docs/replication.md): real
 // processes, real PostgreSQL, real kill -9. Each test starts its own cluster on its own database.
 import assert from "node:assert/strict";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { startNode, waitFor } from "./harness.js";
 import { postgresForFile } from "./support/postgres.js";
@@ -103,7 +105,8 @@ test("replication settings: a factor above 1 needs a cluster, quorum needs two c
     for (const n of p.in_sync) assert.ok(p.replicas.includes(n));
   }
   const moved = await post(`${url}/v1/topics/rep/partitions/0/move`, { to: (t.body.placement as Placement[])[0]!.replicas[1] });
-  assert.equal(moved.status, 409, "moving one replica is not built yet: a clear refusal");
+  assert.equal(moved.status, 400, "a replicated partition's move names the replica that moves");
+  assert.match(moved.body.error.message, /name the replica to move with "from"/);
 });
 
 test("a quorum 202 survives kill -9 of the leader and is consumed through the new leader; the old leader rejoins as a follower", async () => {
@@ -292,4 +295,38 @@ test("a returning old leader drops the tail no majority held and never serves it
   const seen = await drain(nodeById(c, third.node).url, "tail", 2, 8000);
   assert.ok(seen.has("committed") && seen.has("fresh"), JSON.stringify([...seen]));
   for (let i = 0; i < 5; i++) assert.ok(!seen.has(`orphan${i}`), `orphan${i} (never held by a majority) was served after its leader came back`);
+});
+
+test("moving one replica: a follower, then the leader, to a node outside the set; nothing acknowledged is lost and the old copies go", async () => {
+  const c = await startCluster({ nodes: 4, controlPlaneUrl: await fx.pg().newDatabase(), env: { ...FAST_LEASES } });
+  fx.cleanups.push(() => c.stop());
+  const url = c.nodes[0]!.url;
+  assert.equal((await post(`${url}/v1/topics`, { name: "mv", partitions: 1, replication_factor: 3 })).status, 201);
+  for (let i = 0; i < 30; i++) assert.equal((await produce(url, "mv", `v${i}`)).status, 202);
+  const p0 = (await placement(url, "mv"))[0]!;
+  const outside = c.nodes.find((n) => !p0.replicas.includes(n.id))!;
+  // A follower moves: the new replica is caught up from the leader, then the old one leaves.
+  const follower = p0.replicas[2]!;
+  const r1 = await post(`${url}/v1/topics/mv/partitions/0/move`, { to: outside.id, from: follower });
+  assert.equal(r1.status, 200, JSON.stringify(r1.body));
+  const p1 = (await placement(url, "mv"))[0]!;
+  assert.deepEqual(new Set(p1.replicas), new Set([p0.replicas[0], p0.replicas[1], outside.id]));
+  assert.equal(p1.node, p0.node);
+  assert.equal(p1.epoch, p0.epoch, "a follower's move leaves the leader and its epoch alone");
+  for (let i = 30; i < 40; i++) assert.equal((await produce(url, "mv", `v${i}`)).status, 202);
+  // The leader moves (back to the node just freed): it hands the partition to a caught-up replica.
+  const r2 = await post(`${url}/v1/topics/mv/partitions/0/move`, { to: follower, from: p1.node });
+  assert.equal(r2.status, 200, JSON.stringify(r2.body));
+  const p2 = await waitFor(async () => {
+    const p = (await placement(url, "mv"))[0]!;
+    return p.node !== p1.node ? p : undefined;
+  }, { what: "the new leader" });
+  assert.ok(!p2.replicas.includes(p1.node), "the old leader left the set");
+  assert.equal(p2.replicas.length, 3);
+  assert.equal(p2.epoch, p1.epoch + 1);
+  const seen = await drain(url, "mv", 40);
+  for (let i = 0; i < 40; i++) assert.ok(seen.has(`v${i}`), `v${i} was lost by the moves`);
+  // The old leader's copy is removed from its disk.
+  const oldDir = join(nodeById(c, p1.node).dataDir, "cluster", "mv");
+  await waitFor(() => readdirSync(oldDir).every((inc) => !existsSync(join(oldDir, inc, "partitions", "0"))), { what: "the old leader's copy removed" });
 });

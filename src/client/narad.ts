@@ -816,9 +816,14 @@ export class Narad {
    * `timeoutMs` (default 15 minutes). 400 for an unknown node or on a single node, 409
    * `move_conflict` while another move of it runs, 503 `node_down` if either node is down.
    */
-  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number } = {}): Promise<PartitionMove> {
+  /**
+   * Moves a partition to node `to` (admin). A replicated partition moves one replica: name the
+   * node whose replica moves with `opts.from`.
+   */
+  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number; from?: string } = {}): Promise<PartitionMove> {
     const path = `${this.#topicPath(topic)}/partitions/${partition}/move`;
-    const res = await this.#call("POST", path, this.#hJson, JSON.stringify({ to }), "move partition", opts.timeoutMs ?? MOVE_TIMEOUT_MS);
+    const body = opts.from === undefined ? { to } : { to, from: opts.from };
+    const res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "move partition", opts.timeoutMs ?? MOVE_TIMEOUT_MS);
     return (await res.body.json()) as PartitionMove;
   }
 

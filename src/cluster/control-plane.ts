@@ -311,6 +311,21 @@ export class ControlPlane implements UserStoreApi {
     return replicasSql.electLeader(this.writer, topic, partition, expectedEpoch, oldLeader, this.nodeId, requireInSync);
   }
 
+  /** Moving one replica, step 1: `to` joins the replica set, the partition moving to it. */
+  beginReplicaMove(topic: string, partition: number, epoch: number, from: string, to: string): Promise<boolean> {
+    return replicasSql.beginReplicaMove(this.writer, topic, partition, epoch, this.nodeId, from, to);
+  }
+
+  /** Moving a follower, step 2: `from` leaves once `to` is in sync. */
+  finishReplicaMove(topic: string, partition: number, epoch: number, from: string, to: string): Promise<boolean> {
+    return replicasSql.finishReplicaMove(this.writer, topic, partition, epoch, this.nodeId, from, to);
+  }
+
+  /** Moving the leader, step 2: this node, which stopped serving the partition, hands it to `next`. */
+  handOffLeader(topic: string, partition: number, epoch: number, next: string, to: string): Promise<boolean> {
+    return replicasSql.handOffLeader(this.writer, topic, partition, epoch, this.nodeId, next, to);
+  }
+
   // ---- users and grants (UserStoreApi) -------------------------------------------------------
 
   get userCount(): number {

@@ -85,12 +85,20 @@ export class Mover {
     this.me = o.nodeId;
   }
 
-  /** Any node: checks the request and hands it to the target node, which drives the move. */
-  async move(topic: string, partition: number, to: string): Promise<MoveResult> {
+  /**
+   * Any node: checks the request and hands it to the node that drives the move: the target for a
+   * partition with one copy; the leader for a replicated one, whose replica on `from` moves
+   * (src/cluster/replication/replication.ts, moveReplica).
+   */
+  async move(topic: string, partition: number, to: string, from?: string): Promise<MoveResult> {
     const t = this.o.cp.topic(topic);
     if (t === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist.`);
     if (partition >= t.partitions) throw new NaradError("partition_not_found", `Topic ${topic} has partitions 0..${t.partitions - 1}.`);
     if (this.o.cp.node(to) === undefined) throw new NaradError("invalid_argument", `No node ${JSON.stringify(to)} is registered; see GET /v1/nodes.`);
+    if (t.replication_factor > 1) return this.moveReplica(topic, partition, to, from);
+    if (from !== undefined && from !== this.o.cp.partitionPlacement(topic, partition)?.node) {
+      throw new NaradError("invalid_argument", `${topic}/${partition} has one copy, on ${this.o.cp.partitionPlacement(topic, partition)?.node}; leave out from, or name that node.`);
+    }
     if (to === this.me) return this.drive(topic, partition);
     if (!this.o.peers.live(to)) throw new NaradError("node_down", `Node ${to} is down; start it before moving partitions to it.`);
     const res = await this.o.service.forward(to, {
@@ -98,6 +106,24 @@ export class Mover {
       path: `${INTERNAL_PREFIX}/moves`,
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ topic, partition }),
+      waitMs: this.o.moveTimeoutMs,
+    });
+    if (res.status !== 200) throw errorFromPeer(res);
+    return JSON.parse(res.body.toString("utf8")) as MoveResult;
+  }
+
+  private async moveReplica(topic: string, partition: number, to: string, from: string | undefined): Promise<MoveResult> {
+    const p = this.o.cp.partitionPlacement(topic, partition);
+    if (p === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist.`);
+    if (from === undefined) {
+      throw new NaradError("invalid_argument", `${topic}/${partition} is replicated on ${p.replicas.join(", ")}: name the replica to move with "from".`);
+    }
+    if (!this.o.peers.live(p.node)) throw new NaradError("node_down", `The leader of ${topic}/${partition}, ${p.node}, is down; retry once a leader serves it.`);
+    const res = await this.o.service.forward(p.node, {
+      method: "POST",
+      path: `${INTERNAL_PREFIX}/replica-moves`,
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ topic, partition, from, to, timeout_ms: this.o.moveTimeoutMs }),
       waitMs: this.o.moveTimeoutMs,
     });
     if (res.status !== 200) throw errorFromPeer(res);

@@ -19,7 +19,7 @@ export interface HttpCluster {
   /** The control plane's view: readiness and GET /v1/nodes. */
   view: ClusterView;
   /** POST /v1/topics/:topic/partitions/:partition/move. */
-  moves: { move(topic: string, partition: number, to: string): Promise<unknown> };
+  moves: { move(topic: string, partition: number, to: string, from?: string): Promise<unknown> };
   internal: InternalRoutes;
 }
 

@@ -67,7 +67,10 @@ export async function completeMove(write: Write, topic: string, partition: numbe
 export async function abortMove(write: Write, topic: string, partition: number, expectedEpoch: number): Promise<void> {
   await write([`topic:${topic}`], async (c) => {
     const r = await c.query(
-      `UPDATE narad.partitions SET state = 'serving', move_to = NULL, version = nextval('narad.change_seq')
+      // A replica move added its target to the replica set: it leaves again (a no-op for a
+      // partition with one copy, whose target was never in it).
+      `UPDATE narad.partitions SET state = 'serving', replicas = array_remove(replicas, move_to), in_sync = array_remove(in_sync, move_to),
+              move_to = NULL, version = nextval('narad.change_seq')
         WHERE topic = $1 AND partition = $2 AND epoch = $3 AND state = 'moving'`,
       [topic, partition, expectedEpoch],
     );

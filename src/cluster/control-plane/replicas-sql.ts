@@ -53,3 +53,54 @@ export async function electLeader(
     return r.rowCount === 1;
   });
 }
+
+/**
+ * Moving one replica, step 1 (the leader drives it): `to` joins the replica set as a follower and
+ * the partition is marked moving to it, at the same epoch. False when the guard failed.
+ */
+export async function beginReplicaMove(write: Write, topic: string, partition: number, epoch: number, leader: string, from: string, to: string): Promise<boolean> {
+  return write([`topic:${topic}`], async (c) => {
+    const r = await c.query(
+      `UPDATE narad.partitions SET replicas = array_append(replicas, $6::text), state = 'moving', move_to = $6, version = nextval('narad.change_seq')
+        WHERE topic = $1 AND partition = $2 AND epoch = $3 AND node_id = $4 AND state = 'serving'
+          AND $5 = ANY(replicas) AND NOT ($6 = ANY(replicas))
+          AND EXISTS (SELECT 1 FROM narad.nodes n WHERE n.id = $6 AND n.lease_expires_at > clock_timestamp())`,
+      [topic, partition, epoch, leader, from, to],
+    );
+    return r.rowCount === 1;
+  });
+}
+
+/** Step 2, a follower moved: once `to` is in sync, `from` leaves the replica set. */
+export async function finishReplicaMove(write: Write, topic: string, partition: number, epoch: number, leader: string, from: string, to: string): Promise<boolean> {
+  return write([`topic:${topic}`], async (c) => {
+    const r = await c.query(
+      `UPDATE narad.partitions SET replicas = array_remove(replicas, $5::text), in_sync = array_remove(in_sync, $5::text), state = 'serving', move_to = NULL,
+              version = nextval('narad.change_seq')
+        WHERE topic = $1 AND partition = $2 AND epoch = $3 AND node_id = $4 AND state = 'moving' AND move_to = $6
+          AND $6 = ANY(in_sync) AND $5 <> $4`,
+      [topic, partition, epoch, leader, from, to],
+    );
+    return r.rowCount === 1;
+  });
+}
+
+/**
+ * Step 2, the leader moved: the old leader, which stopped serving the partition, hands it to
+ * `next` at epoch + 1 and leaves the replica set.
+ */
+export async function handOffLeader(write: Write, topic: string, partition: number, epoch: number, leader: string, next: string, to: string): Promise<boolean> {
+  return write([`topic:${topic}`], async (c) => {
+    const r = await c.query(
+      `UPDATE narad.partitions
+          SET node_id = $5, epoch = epoch + 1,
+              replicas = array_prepend($5::text, array_remove(array_remove(replicas, $4::text), $5::text)),
+              in_sync = ARRAY[$5::text], state = 'serving', move_to = NULL, version = nextval('narad.change_seq')
+        WHERE topic = $1 AND partition = $2 AND epoch = $3 AND node_id = $4 AND state = 'moving' AND move_to = $6
+          AND $5 = ANY(replicas) AND $5 <> $4
+          AND EXISTS (SELECT 1 FROM narad.nodes n WHERE n.id = $5 AND n.lease_expires_at > clock_timestamp())`,
+      [topic, partition, epoch, leader, next, to],
+    );
+    return r.rowCount === 1;
+  });
+}

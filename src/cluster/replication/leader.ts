@@ -359,9 +359,29 @@ export class ReplicatedLog implements PartitionLog {
     );
   }
 
+  /** A replica added to the set (a replica move) gets a shipper; one that left loses its own. */
+  private syncLinks(): void {
+    const replicas = this.c.replicas();
+    for (const n of replicas) {
+      if (n === this.c.nodeId || this.links.has(n)) continue;
+      const l = new Link(n);
+      this.links.set(n, l);
+      this.log.info({ follower: n }, "a replica joined the set");
+      void this.pump(l);
+    }
+    for (const [n, l] of this.links) {
+      if (replicas.includes(n)) continue;
+      l.stale = true;
+      l.wake?.();
+      this.links.delete(n);
+    }
+  }
+
   /** Adds caught-up followers back to in_sync (and, in quorum mode, drops those behind the commit). */
   private maintainInSync(): void {
-    if (this.closed || this.shrinking || this.growing.size > 0) return;
+    if (this.closed) return;
+    this.syncLinks();
+    if (this.shrinking || this.growing.size > 0) return;
     const current = this.c.inSync();
     const end = this.inner.endOffset;
     const caughtUp = [...this.links.values()].filter((l) => l.joined && !l.stale && l.match >= end).map((l) => l.node);

@@ -32,6 +32,10 @@ import type { ControlPlane } from "../control-plane.js";
 import type { PartitionPlacement } from "../control-plane/model.js";
 import type { InternalHttp, InternalRoute } from "../internal-routes.js";
 import type { Peers } from "../peers.js";
+import { MoveRefused } from "../errors.js";
+import type { Ownership } from "../ownership.js";
+import { cpCall } from "../service.js";
+import { NaradError } from "../../protocol/errors.js";
 import { INTERNAL_PREFIX } from "../wire.js";
 import { decodeRecords } from "./codec.js";
 import { NO_REPLICATION_FAULTS, type ReplicationFaults } from "./faults.js";
@@ -77,6 +81,8 @@ export class Replication {
   private closed = false;
   readonly counts = { failovers: 0 };
   private readonly faults: ReplicationFaults;
+  /** Set before start(): a leader's freeze when its own replica moves (src/cluster/ownership.ts). */
+  ownership: Pick<Ownership, "freeze" | "schedule"> | undefined;
 
   constructor(private readonly o: ReplicationOptions) {
     this.log = o.logger.child({ module: "replication" });
@@ -297,6 +303,19 @@ export class Replication {
         },
       },
       {
+        method: "POST",
+        path: "/replica-moves",
+        perm: "none",
+        handler: async (req, res) => {
+          const b = http.asObject(await http.readJson(req, 64 * 1024));
+          if (typeof b.topic !== "string" || !isCount(b.partition) || typeof b.from !== "string" || typeof b.to !== "string" || !isCount(b.timeout_ms)) {
+            http.sendJson(res, 400, { error: { code: "bad_request", message: "a replica move needs topic, partition, from, to and timeout_ms" } });
+            return;
+          }
+          http.sendJson(res, 200, await this.moveReplica(b.topic, b.partition, b.from, b.to, b.timeout_ms));
+        },
+      },
+      {
         method: "GET",
         path: "/replicas/:topic/:partition/state",
         perm: "none",
@@ -309,6 +328,85 @@ export class Replication {
         },
       },
     ];
+  }
+
+  // ---- moving one replica -----------------------------------------------------------------------
+
+  /**
+   * The leader: moves the replica on `from` to `to` (docs/replication.md, "Moving a replica").
+   * `to` joins as a follower and is caught up from this leader's log; once it is in sync, `from`
+   * leaves the set. When `from` is this leader, it first stops serving the partition (a freeze:
+   * everything it acknowledged is then on a majority, or in sync in leader mode), then hands the
+   * partition at epoch + 1 to the most complete remaining replica (leader mode: `to`, in sync).
+   * Any failure before the switch aborts the move: `to` leaves the set again, the leader serves.
+   */
+  async moveReplica(topic: string, partition: number, from: string, to: string, timeoutMs: number): Promise<{ topic: string; partition: number; from: string; to: string; epoch: number }> {
+    const { cp, nodeId } = this.o;
+    const ownership = this.ownership;
+    if (ownership === undefined) throw new Error("moveReplica: no ownership attached");
+    const p = cp.partitionPlacement(topic, partition);
+    const t = cp.topic(topic);
+    if (p === undefined || t === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist.`);
+    if (p.node !== nodeId) throw new NaradError("not_owner", `${topic}/${partition} is led by ${p.node}, not this node; retry.`);
+    if (!p.replicas.includes(from)) throw new MoveRefused("node_unknown", `${from} holds no replica of ${topic}/${partition} (replicas: ${p.replicas.join(", ")}).`);
+    if (p.replicas.includes(to)) throw new MoveRefused("same_node", `${to} holds a replica of ${topic}/${partition} already.`);
+    if (p.state === "moving") throw new MoveRefused("move_in_progress", `${topic}/${partition} is being moved to ${p.moveTo} already.`);
+    if (cp.node(to)?.state !== "live") throw new MoveRefused("node_down", `Node ${to} is down; start it before moving a replica to it.`);
+    const epoch = p.epoch;
+    if (!(await cpCall(() => cp.beginReplicaMove(topic, partition, epoch, from, to)))) {
+      throw new MoveRefused("stale_epoch", `${topic}/${partition} changed meanwhile (placement: ${JSON.stringify(cp.partitionPlacement(topic, partition) ?? null)}); retry.`);
+    }
+    this.log.info({ topic, partition, from, to, epoch }, "replica move started");
+    const deadline = this.o.clock.monoMs() + timeoutMs;
+    let frozen = false;
+    try {
+      // The new replica is caught up by ordinary shipping (from this leader's log); wait for it.
+      for (;;) {
+        const now = cp.partitionPlacement(topic, partition);
+        if (now === undefined || now.epoch !== epoch || now.state !== "moving") throw new NaradError("move_conflict", `${topic}/${partition} changed during the move.`);
+        if (now.inSync.includes(to)) break;
+        if (this.o.clock.monoMs() > deadline) throw new NaradError("timeout", `${to} did not catch up with ${topic}/${partition} within ${timeoutMs} ms; the move was aborted.`);
+        await sleepOn(this.scheduler, 100);
+      }
+      if (from !== nodeId) {
+        if (!(await cpCall(() => cp.finishReplicaMove(topic, partition, epoch, from, to)))) throw new NaradError("move_conflict", `${topic}/${partition} changed during the move.`);
+        this.log.info({ topic, partition, from, to, epoch }, "replica moved");
+        return { topic, partition, from, to, epoch };
+      }
+      // This leader moves: it stops serving, then hands over to the most complete replica left.
+      await ownership.freeze(topic, partition, epoch, to);
+      frozen = true;
+      const now = cp.partitionPlacement(topic, partition)!;
+      const rest = now.replicas.filter((n) => n !== nodeId);
+      let next: string | undefined;
+      if (t.acks === "leader") {
+        next = now.inSync.includes(to) ? to : rest.find((n) => now.inSync.includes(n) && cp.node(n)?.state === "live");
+      } else {
+        const states = new Map<string, { end: number; lastEpoch: number }>();
+        await Promise.all(
+          rest.map(async (n) => {
+            const s = await this.stateOf(n, topic, partition);
+            if (s !== undefined) states.set(n, s);
+          }),
+        );
+        if (states.size >= Math.floor(rest.length / 2) + 1) {
+          // The most complete; `to` first among equals.
+          for (const n of [to, ...rest.filter((x) => x !== to)]) {
+            const s = states.get(n);
+            if (s !== undefined && (next === undefined || compareRank(s, states.get(next)!) > 0)) next = n;
+          }
+        }
+      }
+      if (next === undefined) throw new NaradError("node_down", `No remaining replica of ${topic}/${partition} can take over (too few answered); the move was aborted.`);
+      if (!(await cpCall(() => cp.handOffLeader(topic, partition, epoch, next!, to)))) throw new NaradError("move_conflict", `${topic}/${partition} changed during the move.`);
+      this.log.info({ topic, partition, from, to, next, epoch: epoch + 1 }, "replica moved: this leader handed the partition over");
+      return { topic, partition, from, to, epoch: epoch + 1 };
+    } catch (e) {
+      await cp.abortMove(topic, partition, epoch).catch((err: unknown) => this.log.warn({ err: (err as Error).message }, "aborting a replica move failed; the freeze timeout gives it back"));
+      if (frozen) await ownership.schedule(topic);
+      this.log.warn({ topic, partition, from, to, err: (e as Error).message }, "replica move aborted");
+      throw e;
+    }
   }
 
   // ---- failover ---------------------------------------------------------------------------------
@@ -470,6 +568,10 @@ export class Replication {
       await this.closeFollower(key.slice(0, i), Number(key.slice(i + 1)));
     }
   }
+}
+
+function sleepOn(scheduler: Scheduler, ms: number): Promise<void> {
+  return new Promise((resolve) => scheduler.after(ms, resolve));
 }
 
 function isCount(v: unknown): v is number {

@@ -38,9 +38,10 @@ export function nodeRoutes({ on, svc, nodeId, bootId }: RouteDeps, cluster: Http
     const topic = topicParam(p);
     const partition = partitionParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
-    onlyFields(body, ["to"]);
+    onlyFields(body, ["to", "from"]);
     if (typeof body.to !== "string" || body.to === "") throw new NaradError("invalid_argument", "Send {\"to\": NODE}, the id of the node to move the partition to.");
+    if (body.from !== undefined && (typeof body.from !== "string" || body.from === "")) throw new NaradError("invalid_argument", "from, when given, is the id of the node whose replica moves.");
     if (cluster === undefined) throw new NaradError("invalid_argument", "Moving partitions needs a cluster (--control-plane); a single node owns every partition.");
-    sendJson(res, 200, await cluster.moves.move(topic, partition, body.to));
+    sendJson(res, 200, await cluster.moves.move(topic, partition, body.to, body.from as string | undefined));
   });
 }
