@@ -474,7 +474,7 @@ test("a node cut off from PostgreSQL fences itself before anyone sees it down; a
       await holder.query("SELECT 1 FROM narad.topics WHERE name = 't' FOR UPDATE");
       const update = a.updateTopic("t", { retention_ms: 5 });
       update.catch(() => undefined);
-      await waitFor("the update waits on the row lock", async () => (await holder.query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'narad a' AND wait_event_type = 'Lock'")).rows.length === 1);
+      await waitFor("the update waits on the row lock", async () => (await holder.query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'narad a' AND datname = current_database() AND wait_event_type = 'Lock'")).rows.length === 1);
       proxy.setToxic("both", { kind: "reset" });
       await assert.rejects(update, (e) => e instanceof ControlPlaneUnavailable);
       proxy.removeToxic("both", "reset");

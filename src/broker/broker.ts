@@ -806,6 +806,9 @@ export class Broker {
     if (partition >= t.meta.partitions) throw new NaradError("partition_not_found", `Topic ${topicName} has partitions 0..${t.meta.partitions - 1}.`);
     const p = t.partitions[partition];
     if (p === undefined) throw notOwner(topicName, partition);
+    if (p.log.ready === false) {
+      throw new NaradError("not_owner", `${topicName}/${partition} has a new leader that has not yet confirmed what its replicas hold; retry shortly.`);
+    }
     const earliest = p.log.earliestOffset;
     const end = p.log.syncedOffset;
     const from = Math.max(offset, earliest);

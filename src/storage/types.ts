@@ -110,6 +110,13 @@ export interface PartitionLog {
   /** What recovery found when the log was opened. */
   readonly recovery: RecoveryReport;
 
+  /**
+   * False while the log cannot yet say how much of it is visible: a replicated partition's new
+   * leader before its epoch marker commits (src/cluster/replication/leader.ts). A replay then
+   * answers 503 rather than an empty page. Absent: always ready.
+   */
+  readonly ready?: boolean;
+
   /** The error that stopped the log (a failed write or fdatasync), or null: it takes appends. */
   readonly failed: Error | null;
 

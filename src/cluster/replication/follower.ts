@@ -162,8 +162,12 @@ export class FollowerReplica {
   }
 
   /** The leader's acks and copy cursors, applied here; they reach the disk on their own schedules. */
-  async applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = []): Promise<void> {
-    if (this.closed || epoch < this.epoch) return;
+  applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = []): Promise<void> {
+    return this.serially(() => this.applyAcksNow(epoch, floor, acked, cursors));
+  }
+
+  private async applyAcksNow(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[]): Promise<void> {
+    if (epoch < this.epoch) return;
     if (floor > this.acks.floor) this.acks.raiseFloor(floor);
     for (const o of acked) this.acks.ack(o);
     for (const u of cursors) {

@@ -188,6 +188,10 @@ export class ReplicatedLog implements PartitionLog {
   get pendingSyncBytes(): number {
     return this.inner.pendingSyncBytes;
   }
+  /** Whether this epoch's marker is visible: before it, what is committed is not known here yet. */
+  get ready(): boolean {
+    return this.visible > this.epochStart;
+  }
   get recovery(): RecoveryReport {
     return this.inner.recovery;
   }
@@ -381,6 +385,7 @@ export class ReplicatedLog implements PartitionLog {
   private maintainInSync(): void {
     if (this.closed) return;
     this.syncLinks();
+    this.recompute(); // the replica set or in_sync may have changed in the view
     if (this.shrinking || this.growing.size > 0) return;
     const current = this.c.inSync();
     const end = this.inner.endOffset;
@@ -417,8 +422,9 @@ export class ReplicatedLog implements PartitionLog {
   private trimPending(): void {
     // Keep what some follower may still need from memory; a follower further behind, or the
     // pending bytes over their bound, read from the log (everything fsynced is there).
+    // A follower that has not joined reads from the log when it does (its end may be anywhere).
     let need = this.inner.endOffset;
-    for (const l of this.links.values()) if (!l.stale) need = Math.min(need, l.next);
+    for (const l of this.links.values()) if (!l.stale && l.joined) need = Math.min(need, l.next);
     const synced = this.inner.syncedOffset;
     while (this.pending.length > 0 && this.pendingBase < synced && (this.pendingBase < need || this.pendingBytes > REPLICATION_LIMITS.pendingBytesMax)) {
       this.pendingBytes -= shippedBytes(this.pending.shift()!);

@@ -298,7 +298,11 @@ export class Replication {
           const have = this.followers.get(`${topic}/${partition}`);
           const f = have === undefined ? undefined : await have.replica.catch(() => undefined);
           if (f === undefined) return notReplica(res, topic, partition);
-          await f.applyAcks(epoch, j.floor, acked, cursors);
+          try {
+            await f.applyAcks(epoch, j.floor, acked, cursors);
+          } catch (e) {
+            return refuse(res, e);
+          }
           http.sendEmpty(res, 204);
         },
       },
