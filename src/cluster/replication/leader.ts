@@ -52,6 +52,8 @@ export const REPLICATION_LIMITS = {
   backoffMaxMs: 2000,
   inSyncTickMs: 250,
   inSyncGrowHoldMs: 5000,
+  /** Quorum mode: a follower stays in in_sync while it was caught up within this long (Kafka's replica.lag.time.max.ms). */
+  inSyncLagMaxMs: 10_000,
 } as const;
 
 export interface LeaderContext {
@@ -101,8 +103,8 @@ export interface CursorUpdate {
 }
 
 class Link {
-  /** Since when (monotonic ms) the follower's match is below the leader's end; undefined when caught up. */
-  behindSinceMono: number | undefined = undefined;
+  /** When (monotonic ms) an append was sent that brought the follower to the leader's end then. */
+  caughtUpMono = Number.NEGATIVE_INFINITY;
   match = 0;
   next = 0;
   joined = false;
@@ -112,7 +114,13 @@ class Link {
   ackQueue: AckBatch[] = [];
   ackQueued = 0;
   ackSending = false;
-  constructor(readonly node: string) {}
+  constructor(
+    readonly node: string,
+    /** A new follower counts as last caught up when its shipper starts (for the lag metric). */
+    nowMono: number,
+  ) {
+    this.caughtUpMono = nowMono;
+  }
 }
 
 export class ReplicatedLog implements PartitionLog {
@@ -162,7 +170,7 @@ export class ReplicatedLog implements PartitionLog {
     const history = withEpoch(cutHistory(file.history, end), c.epoch, end);
     await writeReplicaFile(dir, { epoch: c.epoch, history });
     const r = new ReplicatedLog(inner, innerAcks, history, end, c, logger);
-    for (const n of c.replicas()) if (n !== c.nodeId) r.links.set(n, new Link(n));
+    for (const n of c.replicas()) if (n !== c.nodeId) r.links.set(n, new Link(n, c.clock.monoMs()));
     // The marker: a control record of this epoch, the first one it appends.
     const { baseOffset } = r.append([{ key: null, payload: Buffer.alloc(0), control: true }], c.clock.nowMs(), false);
     r.acks.ack(baseOffset);
@@ -207,13 +215,16 @@ export class ReplicatedLog implements PartitionLog {
       this.pendingBytes += shippedBytes(s);
     }
     this.trimPending();
-    const now = this.c.clock.monoMs();
-    for (const l of this.links.values()) {
-      if (l.behindSinceMono === undefined) l.behindSinceMono = now;
-      l.wake?.();
-    }
+    // Quorum: the records go to the followers now, in parallel with the local fsync (the 202
+    // waits for a majority). Leader mode: after the local fsync, so the followers' work is not on
+    // the 202's path (on shared cores a woken follower takes the leader's CPU).
+    const quorum = this.c.acks() === "quorum";
+    if (quorum) for (const l of this.links.values()) l.wake?.();
     durable.then(
-      () => this.recompute(),
+      () => {
+        if (!quorum) for (const l of this.links.values()) l.wake?.();
+        this.recompute();
+      },
       () => undefined,
     );
     if (!wait) {
@@ -368,7 +379,7 @@ export class ReplicatedLog implements PartitionLog {
     const replicas = this.c.replicas();
     for (const n of replicas) {
       if (n === this.c.nodeId || this.links.has(n)) continue;
-      const l = new Link(n);
+      const l = new Link(n, this.c.clock.monoMs());
       this.links.set(n, l);
       this.log.info({ follower: n }, "a replica joined the set");
       void this.pump(l);
@@ -391,7 +402,11 @@ export class ReplicatedLog implements PartitionLog {
     const end = this.inner.endOffset;
     const caughtUp = [...this.links.values()].filter((l) => l.joined && !l.stale && l.match >= end).map((l) => l.node);
     if (this.c.acks() === "quorum") {
-      const want = [this.c.nodeId, ...[...this.links.values()].filter((l) => l.joined && l.match >= this.committed).map((l) => l.node)];
+      // Informational in quorum mode (acks and elections count a majority, not in_sync): the
+      // followers caught up with the leader within inSyncLagMaxMs, so it does not flap with
+      // every round trip under load. A change to leader mode resets it to the leader alone.
+      const now = this.c.clock.monoMs();
+      const want = [this.c.nodeId, ...[...this.links.values()].filter((l) => l.joined && !l.stale && now - l.caughtUpMono <= REPLICATION_LIMITS.inSyncLagMaxMs).map((l) => l.node)];
       if (sameSet(want, current)) return;
       if (want.length > current.length && this.c.clock.monoMs() - this.lastShrinkMono < REPLICATION_LIMITS.inSyncGrowHoldMs) return;
       if (want.length < current.length) this.lastShrinkMono = this.c.clock.monoMs();
@@ -520,6 +535,7 @@ export class ReplicatedLog implements PartitionLog {
     l.match = Math.min(j.end, this.inner.endOffset);
     l.next = l.match;
     l.joined = true;
+    if (l.match >= this.inner.endOffset) l.caughtUpMono = this.c.clock.monoMs();
     l.backoffMs = 0;
     this.log.info({ follower: l.node, end: l.match }, "follower joined");
     this.recompute();
@@ -527,6 +543,8 @@ export class ReplicatedLog implements PartitionLog {
 
   private async sendAppend(l: Link, records: ShippedRecord[]): Promise<void> {
     const first = l.next;
+    const sentMono = this.c.clock.monoMs();
+    const endAtSend = this.inner.endOffset;
     const q = `?epoch=${this.c.epoch}&incarnation=${this.c.incarnation}&first=${first}`;
     const res = await this.c.send(l.node, { method: "POST", path: this.c.path("append") + q, headers: { "content-type": "application/octet-stream" }, body: encodeRecords(records) });
     const j = this.answer(l, res);
@@ -538,7 +556,7 @@ export class ReplicatedLog implements PartitionLog {
     l.match = j.end;
     l.next = j.end;
     l.backoffMs = 0;
-    if (l.match >= this.inner.endOffset) l.behindSinceMono = undefined;
+    if (j.end >= endAtSend) l.caughtUpMono = sentMono;
     this.trimPending();
     this.recompute();
   }
@@ -572,7 +590,8 @@ export class ReplicatedLog implements PartitionLog {
     return [...this.links.values()].map((l) => ({
       follower: l.node,
       records: Math.max(0, end - l.match),
-      ms: l.match >= end || l.behindSinceMono === undefined ? 0 : now - l.behindSinceMono,
+      // How long since it was last caught up with the leader (0 while it holds everything).
+      ms: l.match >= end ? 0 : now - l.caughtUpMono,
       inSync: inSync.includes(l.node),
       // Acks taken here that have not reached the follower yet (buffered, queued or in flight).
       acksPending: this.ackBuf.length + l.ackQueued,
