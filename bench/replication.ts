@@ -163,6 +163,9 @@ export async function benchReplication(h: ReplicationHarness): Promise<void> {
   try {
     const t0 = performance.now();
     await throughputAndLag(h, mod, await pg.newDatabase("narad_bench_rep"));
+    // Each failover on a cluster of its own: nothing left over from the load, and the throughput
+    // cluster's nodes all stop in order (their CPU profiles are written, BENCH_PROFILE_DIR).
+    await failover(h, mod, await pg.newDatabase("narad_bench_failover"), {}, `default leases (node lease ${DEFAULT_NODE_LEASE_MS / 1000} s)`, DEFAULT_NODE_LEASE_MS);
     await failover(h, mod, await pg.newDatabase("narad_bench_fast"), mod.FAST_LEASES, "FAST_LEASES (node lease 1.5 s)", Number(mod.FAST_LEASES.NARAD_CLUSTER_NODE_LEASE_MS));
     process.stdout.write(`  (replication rows took ${((performance.now() - t0) / 1000).toFixed(0)} s)\n`);
   } finally {
@@ -172,7 +175,12 @@ export async function benchReplication(h: ReplicationHarness): Promise<void> {
 }
 
 async function withCluster<T>(mod: LocalClusterModule, cpUrl: string, env: Record<string, string>, f: (c: Cluster) => Promise<T>): Promise<T> {
-  const c = await mod.startCluster({ nodes: 3, controlPlaneUrl: cpUrl, env: { UV_THREADPOOL_SIZE: "16", ...env } });
+  // BENCH_PROFILE_DIR: every node writes a V8 CPU profile there, PID.cpuprofile, when it stops
+  // (the "led by nN" lines and the cpu: lines' roles say which pid is which; cpu-profile-hook.ts).
+  const prof: Record<string, string> = process.env.BENCH_PROFILE_DIR
+    ? { NODE_OPTIONS: `--import=${new URL("./cpu-profile-hook.js", import.meta.url).href}`, NARAD_CPU_PROFILE_DIR: process.env.BENCH_PROFILE_DIR }
+    : {};
+  const c = await mod.startCluster({ nodes: 3, controlPlaneUrl: cpUrl, env: { UV_THREADPOOL_SIZE: "16", ...prof, ...env } });
   const untrack = track({ stop: () => c.stop() });
   try {
     return await f(c);
@@ -197,7 +205,7 @@ async function throughputAndLag(h: ReplicationHarness, mod: LocalClusterModule, 
         http: new Pool(p.leaderUrl, { connections: 128, pipelining: 1, keepAliveTimeout: 60_000 }),
         sdk: new Narad({ url: p.leaderUrl, connections: 64 }),
       });
-      process.stdout.write(`  ${m.mode}: ${m.topic} led by ${p.leaderId} (${p.leaderUrl})\n`);
+      process.stdout.write(`  ${m.mode}: ${m.topic} led by ${p.leaderId} (${p.leaderUrl}); pids ${Object.entries(p.pids).map(([k, v]) => `${k} ${v}`).join(", ")}\n`);
     }
     try {
       const [f1, q, l] = placed as [Placed, Placed, Placed];
@@ -267,7 +275,6 @@ async function throughputAndLag(h: ReplicationHarness, mod: LocalClusterModule, 
     } finally {
       for (const p of placed) await Promise.all([p.http.close(), p.sdk.close()]);
     }
-    await failoverOn(h, c, `default leases (node lease ${DEFAULT_NODE_LEASE_MS / 1000} s)`, DEFAULT_NODE_LEASE_MS);
   });
 }
 
