@@ -1,7 +1,8 @@
 // Replicated topics (issue 13, docs/replication.md), BENCH_ONLY=replication: a 3-node cluster on an
 // embedded PostgreSQL, loopback, this machine's two cores shared by the three nodes and the load.
 //
-// The rows, each beside a figure measured in the same run on the same cluster:
+// The rows, each beside a figure measured in the same run on the same cluster (the failovers: each
+// on a fresh cluster of its own, on the same PostgreSQL):
 //   produce, 1 message a request, 64 in flight, by HTTP and through the SDK (Narad.produce), to a
 //     topic of factor 3 with acks quorum, one with acks leader, and one of factor 1: ratios to
 //     factor 1 (goal: quorum >= 0.5x). Each load goes to its partition's leader, one partition a
@@ -13,8 +14,8 @@
 //     each mode, max and p99 over every follower's samples.
 //   failover: the leader of a quorum topic SIGKILLed while a producer keeps one request in flight
 //     through each surviving node; the time from the kill to the first 202 again, with the
-//     cluster's default lease settings and, on a second cluster, with test/support's FAST_LEASES
-//     (goal: the node lease plus 2 s).
+//     cluster's default lease settings and with test/support's FAST_LEASES (goal: the node lease
+//     plus 2 s).
 
 import { Pool } from "undici";
 import { performance } from "node:perf_hooks";
