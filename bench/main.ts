@@ -100,6 +100,7 @@ async function interleaved(...loads: ((seconds: number) => Promise<LoadResult>)[
     p50Ms: median(rs.map((x) => x.p50Ms)),
     p99Ms: median(rs.map((x) => x.p99Ms)),
     errors: rs.reduce((n, x) => n + x.errors, 0),
+    cpuUsPerMsg: Object.fromEntries(Object.keys(rs[0]!.cpuUsPerMsg).map((k) => [k, median(rs.map((x) => x.cpuUsPerMsg[k] ?? NaN))])),
   }));
 }
 
@@ -110,6 +111,8 @@ export interface LoadResult {
   p50Ms: number;
   p99Ms: number;
   errors: number;
+  /** Server CPU time a message (µs), per process named in the closed loop's `pid`. */
+  cpuUsPerMsg: Record<string, number>;
 }
 
 /** Keeps `inFlight` operations outstanding for `seconds`; `op` resolves to the count it did. `pid`: the server, whose CPU use is printed. */
@@ -141,15 +144,17 @@ async function closedLoop(inFlight: number, seconds: number, op: (loop: number) 
   );
   const elapsed = (performance.now() - t0) / 1000;
   const cpu1 = await cpuOf(pids);
+  const cpuUsPerMsg: Record<string, number> = {};
   const parts = Object.keys(pids).filter((k) => cpu0[k] !== undefined && cpu1[k] !== undefined).map((k) => {
     const used = cpu1[k]! - cpu0[k]!;
+    cpuUsPerMsg[k] = ops > 0 ? (used * 1e6) / ops : NaN;
     return `${k} ${(used / elapsed).toFixed(2)} cores (${ops > 0 ? ((used * 1e6) / ops).toFixed(1) : "-"} µs a message)`;
   });
   if (parts.length > 0) process.stdout.write(`    cpu: ${parts.join(", ")}, load generator ${((cpu1.self! - cpu0.self!) / elapsed).toFixed(2)} cores\n`);
   if (errors > 0) process.stdout.write(`    (${errors} operations failed in this figure; ${lastError})\n`);
   lat.sort((a, b) => a - b);
   const pct = (p: number) => (lat.length ? lat[Math.min(lat.length - 1, Math.floor(lat.length * p))]! : NaN);
-  return { ops, seconds: elapsed, perS: ops / elapsed, p50Ms: pct(0.5), p99Ms: pct(0.99), errors };
+  return { ops, seconds: elapsed, perS: ops / elapsed, p50Ms: pct(0.5), p99Ms: pct(0.99), errors, cpuUsPerMsg };
 }
 
 /** CPU seconds used so far by each named process (from /proc) and, as `self`, by this load generator. */
@@ -410,6 +415,11 @@ async function main(): Promise<void> {
         await cluster.stop();
         untrackCluster();
       }
+    }
+
+    if (want("replication")) {
+      const { benchReplication } = await import("./replication.js");
+      await benchReplication({ seconds: SECONDS, rounds: ROUNDS, warmupSeconds: WARMUP_SECONDS, payload: PAYLOAD, want, closedLoop, interleaved, row, fmt });
     }
 
     if (want("checker")) {
