@@ -919,15 +919,16 @@ export class Broker {
   }
 
   private childGauges() {
-    const out = new Map<string, { parent: string; child: string; lagMessages: number; lagSeconds: number }>();
+    const out = new Map<string, { parent: string; child: string; lagMessages: number; lagSeconds: number; heldPartitions: number }>();
     for (const t of this.topics.values()) {
       if (t.deleted || t.meta.children.length === 0) continue;
       for (const c of t.copiers) {
         if (c === undefined) continue;
         for (const st of c.stats()) {
           const k = `${t.meta.name}\0${st.child}`;
-          const g = out.get(k) ?? { parent: t.meta.name, child: st.child, lagMessages: 0, lagSeconds: 0 };
+          const g = out.get(k) ?? { parent: t.meta.name, child: st.child, lagMessages: 0, lagSeconds: 0, heldPartitions: 0 };
           g.lagMessages += st.lagMessages;
+          if (st.held) g.heldPartitions++;
           g.lagSeconds = Math.max(g.lagSeconds, st.lagSeconds);
           out.set(k, g);
         }

@@ -175,13 +175,18 @@ export class PartitionCopier {
     this.lastSynced = o.partition.log.syncedOffset;
   }
 
-  /** Per child: copies made since start, lag in messages, and failures. */
-  stats(): { child: string; kind: ChildKind; copied: number; lagMessages: number; lagSeconds: number; failures: number }[] {
+  /**
+   * Per child: copies made since start, lag in messages, failures, and whether the copy is held
+   * (a link without a cursor: its cursor file was damaged, partition-opener.ts; the lag is then
+   * every retained record, as far as anyone can tell).
+   */
+  stats(): { child: string; kind: ChildKind; copied: number; lagMessages: number; lagSeconds: number; failures: number; held: boolean }[] {
     const synced = this.partition.log.syncedOffset;
     const now = this.o.clock.nowMs();
     return this.o.links().map((l) => {
       const s = this.state.get(l.topic);
-      const cur = this.cursors.get(l.topic) ?? synced;
+      const known = this.cursors.get(l.topic);
+      const cur = known ?? this.partition.log.earliestOffset;
       const lagMessages = Math.max(0, synced - Math.max(cur, this.partition.log.earliestOffset));
       const since = lagMessages > 0 ? s?.pendingSinceMs : undefined;
       return {
@@ -191,6 +196,7 @@ export class PartitionCopier {
         lagMessages,
         lagSeconds: since === undefined ? 0 : Math.max(0, (now - since) / 1000),
         failures: s?.failures ?? 0,
+        held: known === undefined,
       };
     });
   }

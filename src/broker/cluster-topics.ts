@@ -165,7 +165,7 @@ export class ClusterTopics {
     const logger = this.o.logger.child({ topic: name, partition, replica: "follower" });
     return this.o.partitions.openFiles(dir, logger).then(async (f) => {
       try {
-        return { ...f, cursors: this.o.partitions.openCursorFile(dir, logger) };
+        return { ...f, cursors: await this.o.partitions.openCursorFile(dir, logger) };
       } catch (e) {
         await f.log.close().catch(() => undefined);
         await f.acks.close().catch(() => undefined);

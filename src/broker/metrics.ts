@@ -5,7 +5,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 
 export interface TopicGaugeSource {
   topicGauges(): { topic: string; backlog: number; inFlight: number; partitions: number }[];
-  childGauges(): { parent: string; child: string; lagMessages: number; lagSeconds: number }[];
+  childGauges(): { parent: string; child: string; lagMessages: number; lagSeconds: number; heldPartitions: number }[];
 }
 
 export class BrokerMetrics {
@@ -84,5 +84,6 @@ export class BrokerMetrics {
       });
     perChild("narad_child_lag_messages", "Parent messages not yet copied into the child", (c) => c.lagMessages);
     perChild("narad_child_lag_seconds", "Age of the oldest parent message not yet copied into the child", (c) => c.lagSeconds);
+    perChild("narad_child_copy_held_partitions", "Parent partitions whose copy into the child is held: the copy cursor is unknown (a damaged children.cursors) until an operator acts", (c) => c.heldPartitions);
   }
 }

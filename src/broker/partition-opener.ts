@@ -103,9 +103,9 @@ export class PartitionOpener {
   }
 
   /** Opens a partition directory's copy cursors (children.cursors). */
-  openCursorFile(pdir: string, logger: Logger): CursorFile {
+  openCursorFile(pdir: string, logger: Logger): Promise<CursorFile> {
     const o = this.o;
-    return CursorFile.open(join(pdir, CURSOR_FILE_NAME), {
+    return CursorFile.load(join(pdir, CURSOR_FILE_NAME), {
       ackFlushIntervalMs: o.ackFlushIntervalMs,
       ackSyncIntervalMs: o.consumerOffsetCommitIntervalMs,
       powerLoss: o.powerLoss,
@@ -137,7 +137,7 @@ export class PartitionOpener {
     }
     let cursorFile: CursorFile;
     try {
-      cursorFile = this.openCursorFile(pdir, logger);
+      cursorFile = await this.openCursorFile(pdir, logger);
     } catch (e) {
       await log.close().catch(() => {});
       await acks.close().catch(() => {});
@@ -148,8 +148,16 @@ export class PartitionOpener {
     const opened = o.faults.openedCursors(cursorFile);
     const cursors = wrapCursors?.(opened) ?? opened;
     // A link without a cursor here means the partition was added after the attach: every
-    // record in it was produced after the attach, so copying starts at its beginning.
-    for (const l of t.meta.children) if (cursors.get(l.topic) === undefined) cursors.advance(l.topic, 0);
+    // record in it was produced after the attach, so copying starts at its beginning. Unless the
+    // cursor file was found damaged: then the link's cursor is unknown, and copying from 0 would
+    // copy the whole parent again, from the end would skip records owed to the child. The copy
+    // to it is held (the copier skips a link without a cursor; narad_child_copy_held_partitions)
+    // until an operator acts (docs/operations.md, "A damaged children.cursors").
+    for (const l of t.meta.children) {
+      if (cursors.get(l.topic) !== undefined) continue;
+      if (cursorFile.damage === undefined) cursors.advance(l.topic, 0);
+      else logger.warn({ child: l.topic, file: CURSOR_FILE_NAME, damage: cursorFile.damage }, "copy to child held: its copy cursor is unknown (the cursor file was damaged); detach and attach it again, or remove the set-aside file to copy it again from the start (docs/operations.md)");
+    }
     const copier = new PartitionCopier({
       topic: t.meta.name,
       partition: part,

@@ -25,6 +25,17 @@
 // out of it (logged): the copier then copies those batches whole again after a restart.
 // In the test-only power-loss mode a write goes to memory and reaches the file only with the sync.
 //
+// Damage. One bad slot beside a valid one is a torn write: the other slot is used (it is one
+// flush older, so the copies of that flush may go again: at least once). A file with bytes in it
+// and no valid slot has lost every cursor: a child copied from 0 would get the whole parent again,
+// and one started at the end would miss records the parent answered 202 for (a copy to every
+// child attached at the time is a delivery obligation). Neither is safe to guess, so load() sets
+// the file aside as children.cursors.damaged (kept for the operator, never overwritten), starts a
+// fresh one, and reports `damage` for as long as the set-aside file exists; the partition opener
+// then holds every link that has no cursor (docs/operations.md, "A damaged children.cursors").
+// A never-written slot (past the end of the file, or all zero: the first write goes to slot 1)
+// is not damage.
+//
 // Files go through the StorageFs and the intervals through the Scheduler of the options. A failed
 // write or fdatasync in a timer is logged, not thrown (that would end the process); the cursors
 // are then marked dirty, so the next flush writes the whole state into the other slot and the
@@ -33,6 +44,7 @@
 // Descriptor: the file is read at open and its fd let go; the first write opens it again and
 // keeps it. A partition with no child (most of them) so holds no descriptor for its cursors.
 
+import { basename, dirname } from "node:path";
 import { crc32c } from "@node-rs/crc32";
 import type { Logger } from "pino";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
@@ -41,6 +53,8 @@ import { realFs, type StorageFs } from "./fs.js";
 
 /** The file's name in a partition directory. */
 export const CURSOR_FILE_NAME = "children.cursors";
+/** Appended to the name of a cursor file found damaged, which is set aside under it. */
+export const CURSOR_FILE_DAMAGED_SUFFIX = ".damaged";
 
 export const SLOT_BYTES = 64 * 1024;
 const HEADER = 16;
@@ -48,6 +62,8 @@ const HEADER = 16;
 export const CURSORS_MAX = 256;
 /** Key prefix of a child's stored-offsets list in the slot's JSON. */
 const STORED_PREFIX = "~stored/";
+/** A never-written slot reads as zeros (a hole before slot 1, which takes the first write). */
+const ZERO_SLOT = Buffer.alloc(SLOT_BYTES);
 
 export interface CursorFileOptions {
   ackFlushIntervalMs: number;
@@ -73,6 +89,13 @@ export class CursorFile {
   private closed = false;
   /** Opened by the first write (see the top of this file). */
   private fd = -1;
+  /**
+   * Why the cursors of this partition are unknown, when they are: the file had bytes but no valid
+   * slot, or such a file was set aside earlier and is still there. Undefined: the cursors are whole.
+   */
+  damage: string | undefined;
+  /** The file itself has bytes and no valid slot (load() sets it aside). */
+  private unreadable = false;
 
   private constructor(
     private readonly fs: StorageFs,
@@ -92,37 +115,86 @@ export class CursorFile {
     });
   }
 
+  /**
+   * Opens the file, creating it if missing. A damaged file is left as it is (see load()), with
+   * `damage` saying what was wrong.
+   */
   static open(path: string, opts: CursorFileOptions): CursorFile {
     const fs = opts.fs ?? realFs;
     fs.closeSync(fs.openSync(path, "a")); // create it if missing; O_APPEND would defeat positioned writes
     const rw = fs.openSync(path, "r"); // read here, let go below: the first write opens it again
     const f = new CursorFile(fs, path, opts);
     let best: { seq: number; map: Record<string, unknown> } | undefined;
+    const problems: string[] = [];
     for (let slot = 0; slot < 2; slot++) {
       const buf = Buffer.alloc(SLOT_BYTES);
       const n = fs.readSync(rw, buf, 0, SLOT_BYTES, slot * SLOT_BYTES);
-      if (n < HEADER) continue;
-      const len = buf.readUInt32LE(0);
-      if (len > SLOT_BYTES - HEADER || HEADER + len > n) continue;
-      if (crc32c(buf.subarray(8, HEADER + len)) !== buf.readUInt32LE(4)) continue;
-      const seq = buf.readUInt32LE(8) + buf.readUInt32LE(12) * 2 ** 32;
-      try {
-        const map = JSON.parse(buf.toString("utf8", HEADER, HEADER + len)) as Record<string, unknown>;
-        if (best === undefined || seq > best.seq) best = { seq, map };
-      } catch {
-        opts.logger.warn({ path, slot }, "cursor slot holds bad JSON; using the other slot");
+      const bad = (what: string) => {
+        if (!buf.subarray(0, n).equals(ZERO_SLOT.subarray(0, n))) problems.push(`slot ${slot}: ${what}`);
+      };
+      if (n === 0) continue;
+      if (n < HEADER) {
+        bad(`${n} bytes, shorter than a slot header`);
+        continue;
       }
+      const len = buf.readUInt32LE(0);
+      if (len > SLOT_BYTES - HEADER || HEADER + len > n) {
+        bad(`payload length ${len} does not fit the ${n} bytes of the slot`);
+        continue;
+      }
+      if (crc32c(buf.subarray(8, HEADER + len)) !== buf.readUInt32LE(4)) {
+        bad("checksum mismatch");
+        continue;
+      }
+      const seq = buf.readUInt32LE(8) + buf.readUInt32LE(12) * 2 ** 32;
+      let map: unknown;
+      try {
+        map = JSON.parse(buf.toString("utf8", HEADER, HEADER + len));
+      } catch {
+        map = undefined;
+      }
+      if (typeof map !== "object" || map === null || Array.isArray(map)) {
+        bad("checksum right but not a JSON object");
+        continue;
+      }
+      if (best === undefined || seq > best.seq) best = { seq, map: map as Record<string, unknown> };
     }
     if (best !== undefined) {
+      if (problems.length > 0) opts.logger.warn({ file: path, problems, seq: best.seq }, "a copy cursor slot is damaged (a torn write); using the other slot");
       f.seq = best.seq;
       for (const [k, v] of Object.entries(best.map)) {
         if (Number.isSafeInteger(v) && (v as number) >= 0) f.cursors.set(k, v as number);
         else if (k.startsWith(STORED_PREFIX) && Array.isArray(v) && v.every((o) => Number.isSafeInteger(o) && o >= 0)) f.storedOffsets.set(k.slice(STORED_PREFIX.length), v as number[]);
       }
       for (const child of f.storedOffsets.keys()) if (!f.cursors.has(child)) f.storedOffsets.delete(child);
+    } else if (problems.length > 0) {
+      f.unreadable = true;
+      f.damage = `no valid slot: ${problems.join("; ")}`;
     }
     fs.closeSync(rw);
+    if (f.damage === undefined && exists(fs, path + CURSOR_FILE_DAMAGED_SUFFIX)) {
+      f.damage = `${basename(path)}${CURSOR_FILE_DAMAGED_SUFFIX} is still there: an earlier start found the cursors damaged and set them aside`;
+    }
     return f;
+  }
+
+  /**
+   * Opens the file as a partition does: a file with no valid slot is renamed to
+   * children.cursors.damaged (kept for the operator, never written again) and a fresh file is
+   * started, whose `damage` says so for as long as the set-aside file is there. A file set aside
+   * earlier is replaced by the newer one.
+   */
+  static async load(path: string, opts: CursorFileOptions): Promise<CursorFile> {
+    const f = CursorFile.open(path, opts);
+    if (!f.unreadable) return f;
+    await f.close(); // nothing was written to it
+    const aside = path + CURSOR_FILE_DAMAGED_SUFFIX;
+    await f.fs.rename(path, aside);
+    await f.fs.fsyncDir(dirname(path));
+    opts.logger.warn({ file: path, damage: f.damage, setAsideAs: basename(aside) }, "copy cursor file is damaged; set aside, and copies to children without a cursor are held until an operator acts (docs/operations.md)");
+    const fresh = CursorFile.open(path, opts);
+    fresh.damage = `${f.damage} (set aside as ${basename(aside)})`;
+    return fresh;
   }
 
   get(child: string): number | undefined {
@@ -233,5 +305,16 @@ export class CursorFile {
     this.syncTimer.cancel();
     if (this.fd >= 0) this.fs.closeSync(this.fd);
     this.fd = -1;
+  }
+}
+
+/** Whether a file exists, through the seam (the cursor file's open is synchronous). */
+function exists(fs: StorageFs, path: string): boolean {
+  try {
+    fs.closeSync(fs.openSync(path, "r"));
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw e;
   }
 }

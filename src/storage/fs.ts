@@ -57,6 +57,8 @@ export interface StorageFs {
   readdir(path: string): Promise<DirEntry[]>;
   readFile(path: string): Promise<Buffer>;
   unlink(path: string): Promise<void>;
+  /** Renames a file (recovery sets damaged files aside under a new name; fsyncDir makes it durable). */
+  rename(from: string, to: string): Promise<void>;
   /** Replaces a small file whole: temp file, fsync, rename, directory fsync (../platform/files.ts). */
   writeFileAtomic(path: string, data: Buffer): Promise<void>;
   /** Makes creations, renames and removals in `dir` durable. */
@@ -81,6 +83,7 @@ export const realFs: StorageFs = {
   readdir: (p) => fsp.readdir(p, { withFileTypes: true }),
   readFile: (p) => fsp.readFile(p),
   unlink: (p) => fsp.unlink(p),
+  rename: (from, to) => fsp.rename(from, to),
   writeFileAtomic,
   fsyncDir,
 };

@@ -33,7 +33,7 @@ export interface FsEvent {
 /** Bound on the event list: a runaway test must not grow it without end. */
 const EVENTS_MAX = 100_000;
 
-const CHANGING: ReadonlySet<FsOp> = new Set<FsOp>(["writeSync", "fdatasync", "fsync", "ftruncate", "unlink", "writeFileAtomic", "fsyncDir"]);
+const CHANGING: ReadonlySet<FsOp> = new Set<FsOp>(["writeSync", "fdatasync", "fsync", "ftruncate", "unlink", "rename", "writeFileAtomic", "fsyncDir"]);
 
 export function errnoError(code: string, op: string, path: string): NodeJS.ErrnoException {
   const errno = (os.constants.errno as Record<string, number | undefined>)[code];
@@ -221,6 +221,12 @@ export class FaultFs implements StorageFs {
     const err = this.enter("unlink", path);
     if (err !== null) throw err;
     return this.real.unlink(path);
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    const err = this.enter("rename", from);
+    if (err !== null) throw err;
+    return this.real.rename(from, to);
   }
 
   async writeFileAtomic(path: string, data: Buffer): Promise<void> {
