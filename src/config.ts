@@ -25,6 +25,7 @@ export const SETTINGS: Setting[] = [
   { key: "data_dir", kind: "string", flag: "--data-dir", help: "where the node keeps its data (default ./.narad with --dev, ./narad-data otherwise)" },
   { key: "listen", kind: "string", flag: "--listen", default: DEFAULTS.listen, help: "HOST:PORT to serve HTTP on (port 0 picks a free one)" },
   { key: "node_id", kind: "string", flag: "--node-id", help: "this node's id (default: generated once and kept in the data dir)" },
+  { key: "new_identity", kind: "bool", flag: "--new-identity", default: false, help: "start although node.json is missing from a data dir that holds topics: a new node.json (a new id unless --node-id, a new handle secret)" },
   { key: "control_plane", kind: "string", flag: "--control-plane", help: "postgres:// URL of the cluster control plane" },
   { key: "advertise", kind: "string", flag: "--advertise", help: "URL other nodes use to reach this one (default: http://HOST:PORT of --listen, the port once bound)" },
   { key: "log_level", kind: "string", default: "info", help: "pino log level: fatal, error, warn, info, debug, trace" },

@@ -102,7 +102,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
   const logger = pino({ level: String(cfg.log_level), base: undefined }, pino.destination({ fd: 2, sync: false }));
   let identity;
   try {
-    identity = await loadIdentity(dataDir, nodeIdWanted);
+    identity = await loadIdentity(dataDir, nodeIdWanted, cfg.new_identity === true);
   } catch (e) {
     if (e instanceof IdentityError) throw new StartupError(e.message);
     throw new StartupError(`data directory ${dataDir} is not usable: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);

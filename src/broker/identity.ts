@@ -3,9 +3,16 @@
 // process) is what clients and the verification toolkit see change at a restart; the boot
 // sequence keys receipt handles so that a handle from an earlier boot still verifies and answers
 // 410 rather than 400.
+//
+// A missing node.json is made anew only in a data directory that holds no topics: beside topics
+// it means the file was lost, and a new one would silently give the node another id (in a
+// cluster: another member, which does not own the partitions on its disk) and another secret
+// (every receipt handle out there would answer 400 instead of 410). So the start is refused,
+// unless the operator says so (`newIdentity`, the --new-identity flag); restoring the file from a
+// backup is the other way on. A corrupt node.json is always refused.
 
 import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../platform/files.js";
 
@@ -32,7 +39,10 @@ interface NodeFile {
 
 export class IdentityError extends Error {}
 
-export async function loadIdentity(dataDir: string, nodeIdWanted: string | undefined): Promise<NodeIdentity> {
+/** Directories of a data dir that hold topics (single node, cluster node). */
+const TOPIC_DIRS = ["topics", "cluster"];
+
+export async function loadIdentity(dataDir: string, nodeIdWanted: string | undefined, newIdentity = false): Promise<NodeIdentity> {
   const path = join(dataDir, "node.json");
   let file: NodeFile | undefined;
   let text: string | undefined;
@@ -50,6 +60,14 @@ export async function loadIdentity(dataDir: string, nodeIdWanted: string | undef
       file = j as NodeFile;
     } catch (e) {
       throw new IdentityError(`${path} is corrupt (${(e as Error).message}); restore it from a backup or move the data directory aside`);
+    }
+  }
+  if (file === undefined && !newIdentity) {
+    const held = await topicDirsIn(dataDir);
+    if (held.length > 0) {
+      throw new IdentityError(
+        `${path} is missing but the data directory holds topics (${held.join(", ")}): restore node.json from a backup, or start with --new-identity to give this node a new id and handle secret (earlier receipt handles then answer 400)`,
+      );
     }
   }
   if (file !== undefined && nodeIdWanted !== undefined && nodeIdWanted !== file.node_id) {
@@ -81,4 +99,17 @@ export async function loadIdentity(dataDir: string, nodeIdWanted: string | undef
     secret: Buffer.from(next.secret_hex, "hex"),
     ...(bootSeqUnsaved === undefined ? {} : { bootSeqUnsaved }),
   };
+}
+
+/** The topic directories of dataDir that are not empty (their names relative to it). */
+async function topicDirsIn(dataDir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const d of TOPIC_DIRS) {
+    try {
+      if ((await readdir(join(dataDir, d))).length > 0) out.push(`${d}/`);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    }
+  }
+  return out;
 }
