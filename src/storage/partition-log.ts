@@ -66,6 +66,7 @@ import {
   HEADER_BYTES,
   KEY_BYTES_MAX,
   PAYLOAD_BYTES_MAX,
+  RECORD_BYTES_MAX,
 } from "./record.js";
 import {
   decodeIndex,
@@ -993,6 +994,15 @@ export class FilePartitionLog implements PartitionLog {
       else indexBases.add(parsed.baseOffset);
     }
     logBases.sort((a, b) => a - b);
+    // A segment whose records disagree with its name is set aside before any segment is
+    // recovered: trusted, it would cut the records of the segment before it (see misnamedSegment).
+    let asideEnd = 0;
+    for (let k = logBases.length - 1; k >= 0; k--) {
+      const end = await this.setAsideIfMisnamed(logBases[k]!);
+      if (end === null) continue;
+      asideEnd = Math.max(asideEnd, end);
+      logBases.splice(k, 1);
+    }
     const logSet = new Set(logBases);
     for (const base of indexBases) {
       if (logSet.has(base)) continue;
@@ -1007,8 +1017,13 @@ export class FilePartitionLog implements PartitionLog {
       const seg = await this.recoverSegment(logBases[k]!, isLast, nextBase, indexBases.has(logBases[k]!));
       this.segments.push(seg);
     }
-    if (this.segments.length === 0) {
-      const seg = new Segment(this.dir, 0);
+    const lastEnd = this.segments.length === 0 ? 0 : this.segments[this.segments.length - 1]!.endOffset;
+    if (this.segments.length === 0 || asideEnd > lastEnd) {
+      // Offsets of records set aside were answered 202 and may be acked: they are never handed
+      // out again, so a new active segment starts past them.
+      const prev = this.segments[this.segments.length - 1];
+      if (prev !== undefined && prev.count > 0) await this.fs.writeFileAtomic(prev.indexPath, encodeIndex(prev));
+      const seg = new Segment(this.dir, Math.max(asideEnd, lastEnd));
       this.createSegmentFile(seg);
       this.dirSyncNeeded = false;
       this.segments.push(seg);
@@ -1037,7 +1052,10 @@ export class FilePartitionLog implements PartitionLog {
     }
     this.recovery.records = records;
     const damaged =
-      this.recovery.truncatedBytes > 0 || this.recovery.corruptRecords.length > 0 || this.recovery.rebuiltIndexes.length > 0;
+      this.recovery.truncatedBytes > 0 ||
+      this.recovery.corruptRecords.length > 0 ||
+      this.recovery.rebuiltIndexes.length > 0 ||
+      this.recovery.setAsideSegments !== undefined;
     this.log[damaged ? "warn" : "debug"](
       {
         segments: this.recovery.segments,
@@ -1050,6 +1068,45 @@ export class FilePartitionLog implements PartitionLog {
       },
       "partition log recovered",
     );
+  }
+
+  /**
+   * Checks a segment's name against its first record, whose offset is under the record's CRC:
+   * a segment named lower than its records (renamed, or restored under the wrong name) would
+   * make the segment before it end at that name, and recovery would cut that segment's valid
+   * records as a torn tail; one named higher would hide them. Neither name nor content can be
+   * preferred safely (the file may belong elsewhere), so a disagreeing segment is renamed to
+   * NAME.corrupt, logged, reported and not served, and nothing of any other segment is cut.
+   * Returns the end of the offsets its records hold (never handed out again), or null when the
+   * name agrees (or the first record is unreadable: then the name is all there is to go by).
+   */
+  private async setAsideIfMisnamed(baseOffset: number): Promise<number | null> {
+    const seg = new Segment(this.dir, baseOffset);
+    const fd = await openAsync(this.fs, seg.logPath, "r");
+    let firstOffset: number;
+    let endOffset: number;
+    try {
+      const sizeBytes = await fstatSizeAsync(this.fs, fd);
+      const head = Buffer.allocUnsafe(Math.min(RECORD_BYTES_MAX, sizeBytes));
+      const n = await readFullyAt(this.fs, fd, head, 0, head.length, 0);
+      if (checkFrame(head, 0, n) <= 0 || frameOffset(head, 0) === baseOffset) return null;
+      firstOffset = frameOffset(head, 0);
+      // Where its records end, read as the content says: a scan of a segment named by them.
+      const content = new Segment(this.dir, firstOffset);
+      await scanSegment(this.fs, content, fd, sizeBytes, 0, Number.MAX_SAFE_INTEGER, () => {});
+      endOffset = content.endOffset;
+    } finally {
+      await closeAsync(this.fs, fd).catch(() => {});
+    }
+    const aside = `${seg.logPath}.corrupt`;
+    await this.fs.rename(seg.logPath, aside);
+    await this.fs.fsyncDir(this.dir);
+    (this.recovery.setAsideSegments ??= []).push({ segment: seg.name, firstOffset, endOffset });
+    this.log.error(
+      { segment: seg.name, firstOffset, endOffset, setAsideAs: path.basename(aside) },
+      "a segment's name disagrees with the offsets of its records: set aside and not served, no other segment is cut (docs/operations.md)",
+    );
+    return endOffset;
   }
 
   private async recoverSegment(baseOffset: number, isLast: boolean, nextBase: number, hasIndex: boolean): Promise<Segment> {

@@ -306,3 +306,50 @@ test("random damage (seeded) never crashes open and never serves wrong bytes", a
     }
   });
 });
+
+test("a segment renamed to a lower base offset made recovery truncate valid records of the segment before it: it is set aside, the segment before keeps every record, and its offsets are never handed out again", async () => {
+  await withTempDir(async (dir) => {
+    // 10 records a segment: segments 0, 10 and 20.
+    await writeRecords(dir, 30, 10 * REC_BYTES);
+    assert.deepEqual((await fsp.readdir(dir)).filter((f) => f.endsWith(".log")).sort(), ["00000000000000000000.log", "00000000000000000010.log", "00000000000000000020.log"]);
+    await fsp.rename(segmentFile(dir, 20, "log"), segmentFile(dir, 15, "log"));
+    await fsp.rm(segmentFile(dir, 20, "index"), { force: true });
+
+    const clock = new TestClock();
+    const cap = captureLogger();
+    let log = await openPartitionLog(dir, logOptions(clock, cap.logger, { segmentBytesMax: 10 * REC_BYTES }));
+    assert.equal(log.recovery.truncatedBytes, 0, "nothing is cut");
+    assert.deepEqual(log.recovery.corruptRecords, []);
+    assert.deepEqual(log.recovery.setAsideSegments, [{ segment: "00000000000000000015.log", firstOffset: 20, endOffset: 30 }]);
+    assert.deepEqual(await readAllChecked(log), range(0, 20), "every record of the segments before it is served");
+    assert.equal(cap.warnings("disagrees with the offsets of its records").length, 1, "logged");
+    await fsp.stat(`${segmentFile(dir, 15, "log")}.corrupt`);
+    assert.equal(log.endOffset, 30, "offsets 20..29 were answered 202 once: the next append gets 30");
+    const next = log.append([inputOf(30)], clock.nowMs());
+    assert.equal(next.baseOffset, 30);
+    await next.durable;
+    await log.close();
+
+    // The operator renames it back to the base offset of its first record (the log line names it).
+    await fsp.rename(`${segmentFile(dir, 15, "log")}.corrupt`, segmentFile(dir, 20, "log"));
+    log = await openPartitionLog(dir, logOptions(clock, captureLogger().logger, { segmentBytesMax: 10 * REC_BYTES }));
+    assert.equal(log.recovery.setAsideSegments, undefined);
+    assert.deepEqual(await readAllChecked(log), range(0, 31), "all of it is back");
+    await log.close();
+  });
+});
+
+test("a segment renamed to a higher base offset hid records: it is set aside, the others keep theirs", async () => {
+  await withTempDir(async (dir) => {
+    await writeRecords(dir, 20, 10 * REC_BYTES);
+    await fsp.rename(segmentFile(dir, 0, "log"), segmentFile(dir, 25, "log"));
+    await fsp.rm(segmentFile(dir, 0, "index"), { force: true });
+    const clock = new TestClock();
+    const log = await openPartitionLog(dir, logOptions(clock, captureLogger().logger, { segmentBytesMax: 10 * REC_BYTES }));
+    assert.deepEqual(log.recovery.setAsideSegments, [{ segment: "00000000000000000025.log", firstOffset: 0, endOffset: 10 }]);
+    assert.equal(log.recovery.truncatedBytes, 0);
+    assert.deepEqual(await readAllChecked(log), range(10, 20));
+    assert.equal(log.endOffset, 20);
+    await log.close();
+  });
+});

@@ -62,6 +62,11 @@ export interface RecoveryReport {
   corruptRecords: { segment: string; position: number; reason: string }[];
   /** Index files rebuilt because they were missing or did not match their segment. */
   rebuiltIndexes: string[];
+  /**
+   * Segments whose name disagreed with the offsets of their records, renamed to NAME.corrupt and
+   * not served (absent when there were none).
+   */
+  setAsideSegments?: { segment: string; firstOffset: number; endOffset: number }[];
 }
 
 /**
