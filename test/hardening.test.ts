@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import net from "node:net";
 import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
+import { removeDir, runNarad, startNode, tempDir, waitFor, type RunningNode } from "./harness.js";
 
 const ADMIN_PW = "admin-Secret-42";
 const basic = (user: string, pw: string) => `Basic ${Buffer.from(`${user}:${pw}`).toString("base64")}`;
@@ -256,6 +256,98 @@ test("every partition's children.cursors was logged as 'not a segment' at every 
     try {
       assert.equal((await fetch(`${node.url}/v1/topics/quiet`)).status, 200);
       assert.doesNotMatch(node.output(), /not a segment/);
+    } finally {
+      await node.kill();
+    }
+  } finally {
+    await removeDir(dir);
+  }
+});
+
+test("a garbage children.cursors was not logged and the copier copied the parent again: it is logged and set aside, the copy is held (a metric) until the child is attached again, and nothing is copied twice", async () => {
+  const dir = await tempDir();
+  const json = { "content-type": "application/json" };
+  const replayed = async (url: string, topic: string) => {
+    const r = await fetch(`${url}/v1/topics/${topic}/partitions/0/messages?offset=0&limit=1000`);
+    return ((await r.json()) as { messages: { payload_base64: string }[] }).messages.map((m) => Buffer.from(m.payload_base64, "base64").toString());
+  };
+  let node: RunningNode | undefined;
+  try {
+    node = await startNode({ dataDir: dir });
+    for (const name of ["src", "copy"]) assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: json, body: JSON.stringify({ name, partitions: 1 }) })).status, 201);
+    assert.equal((await fetch(`${node.url}/v1/topics/src/children`, { method: "POST", headers: json, body: JSON.stringify({ topic: "copy", kind: "fanout" }) })).status, 201);
+    for (let i = 0; i < 20; i++) assert.equal((await fetch(`${node.url}/v1/topics/src/messages`, { method: "POST", body: `m${i}` })).status, 202);
+    const first = node.url;
+    await waitFor(async () => (await replayed(first, "copy")).length === 20, { timeoutMs: 10_000, what: "20 copies" });
+    assert.equal(await node.stop(), 0);
+    const file = join(dir, "topics", "src", "partitions", "0", "children.cursors");
+    await writeFile(file, Buffer.from("garbage where the cursors were\n".repeat(100)));
+
+    node = await startNode({ dataDir: dir, port: node.port });
+    const started = node;
+    await waitFor(() => /copy to child held/.test(started.output()), { timeoutMs: 10_000, what: "the held copy logged" });
+    assert.match(node.output(), /copy cursor file is damaged/);
+    assert.ok(node.output().includes(file), "the warning names the file");
+    await stat(`${file}.damaged`);
+    const metrics = await (await fetch(`${node.url}/metrics`)).text();
+    assert.match(metrics, /narad_child_copy_held_partitions\{parent="src",child="copy"\} 1/);
+    for (let i = 0; i < 5; i++) assert.equal((await fetch(`${node.url}/v1/topics/src/messages`, { method: "POST", body: `held${i}` })).status, 202);
+    // The operator's word (docs/operations.md): attach the child again, copies resume at the end.
+    assert.equal((await fetch(`${node.url}/v1/topics/src/children/copy`, { method: "DELETE" })).status, 204);
+    assert.equal((await fetch(`${node.url}/v1/topics/src/children`, { method: "POST", headers: json, body: JSON.stringify({ topic: "copy", kind: "fanout" }) })).status, 201);
+    for (let i = 0; i < 3; i++) assert.equal((await fetch(`${node.url}/v1/topics/src/messages`, { method: "POST", body: `after${i}` })).status, 202);
+    await waitFor(async () => (await replayed(started.url, "copy")).length >= 23, { timeoutMs: 10_000, what: "the copies after the attach" });
+    const got = await replayed(node.url, "copy");
+    assert.deepEqual(got, [...Array.from({ length: 20 }, (_, i) => `m${i}`), "after0", "after1", "after2"], "the first 20 once, nothing copied twice");
+    assert.match(await (await fetch(`${node.url}/metrics`)).text(), /narad_child_copy_held_partitions\{parent="src",child="copy"\} 0/);
+    assert.equal(await node.stop(), 0);
+
+    node = await startNode({ dataDir: dir, port: node.port });
+    const url = node.url;
+    assert.equal((await fetch(`${url}/v1/topics/src/messages`, { method: "POST", body: "later" })).status, 202);
+    await waitFor(async () => (await replayed(url, "copy")).length === 24, { timeoutMs: 10_000, what: "the copy after the restart" });
+    assert.doesNotMatch(node.output(), /copy to child held/, "the re-attached child has a cursor again");
+  } finally {
+    await node?.kill();
+    await removeDir(dir);
+  }
+});
+
+test("a deleted node.json was regenerated silently with a new id and secret: beside topics the start is refused with one line, a corrupt one too, and --new-identity or the restored file starts it", async () => {
+  const dir = await tempDir();
+  try {
+    let node = await startNode({ dataDir: dir }); // a fresh data dir gets a node.json
+    const idFile = join(dir, "node.json");
+    const saved = await readFile(idFile);
+    assert.equal((JSON.parse(saved.toString()) as { node_id: string }).node_id, node.nodeId);
+    assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "kept", partitions: 1 }) })).status, 201);
+    assert.equal((await fetch(`${node.url}/v1/topics/kept/messages`, { method: "POST", body: "m" })).status, 202);
+    assert.equal(await node.stop(), 0);
+    const start = (...extra: string[]) => runNarad(["server", "start", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0", ...extra]);
+    const oneLine = (r: { code: number | null; stderr: string }, re: RegExp) => {
+      assert.notEqual(r.code, 0);
+      const lines = r.stderr.trim().split("\n");
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0]!, re);
+    };
+
+    await rm(idFile);
+    oneLine(await start(), /node\.json is missing but the data directory holds topics \(topics\/\): restore node\.json from a backup, or start with --new-identity/);
+    await assert.rejects(stat(idFile), { code: "ENOENT" }, "no identity is made up");
+    await writeFile(idFile, "{ not json");
+    oneLine(await start(), /node\.json is corrupt/);
+
+    await writeFile(idFile, saved); // restored from a backup: the same node
+    node = await startNode({ dataDir: dir });
+    assert.equal((JSON.parse(saved.toString()) as { node_id: string }).node_id, node.nodeId);
+    assert.equal(await node.stop(), 0);
+
+    await rm(idFile);
+    node = await startNode({ dataDir: dir, args: ["--new-identity"] }); // the operator's word
+    try {
+      assert.notEqual(node.nodeId, (JSON.parse(saved.toString()) as { node_id: string }).node_id);
+      const r = await fetch(`${node.url}/v1/topics/kept/partitions/0/messages?offset=0`);
+      assert.equal(((await r.json()) as { messages: unknown[] }).messages.length, 1, "the topic's 202 is still there");
     } finally {
       await node.kill();
     }
