@@ -142,6 +142,9 @@ function parse(h: string, currentNodeNum: number, currentBootSeq: number): { f: 
   if (typeof h !== "string" || h.length !== HANDLE_CHARS || !/^[A-Za-z0-9_-]+$/.test(h)) return null;
   const b = Buffer.from(h, "base64url");
   if (b.length !== HANDLE_BYTES || b[0] !== VERSION) return null;
+  // 31 bytes leave 4 unused bits in the last character, which Buffer.from ignores: only the one
+  // text the node minted is the handle (a variant would act on its lease as if it were it).
+  if (b.toString("base64url") !== h) return null;
   const nodeNum = b.readUInt16BE(1);
   const bootSeq = b.readUInt32BE(3);
   // Our own boots are counted: a handle from a boot we have not had yet is forged.
