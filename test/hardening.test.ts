@@ -117,18 +117,23 @@ describe("hardening, answers that broke the error contract (a dev node, raw TCP)
     if (node) await removeDir(node.dataDir);
   });
 
-  /** Sends bytes on a fresh connection; resolves with everything the node wrote once it closes the connection. */
-  const raw = (bytes: string): Promise<string> =>
+  /**
+   * Sends bytes on a fresh connection; resolves with everything the node wrote once it closes the
+   * connection. halfClose shuts the write side right after them (FIN), as `nc -N` does.
+   */
+  const raw = (bytes: string, halfClose = false): Promise<string> =>
     new Promise((resolve, reject) => {
-      const s = net.connect(node.port, "127.0.0.1");
+      const s = net.connect({ port: node.port, host: "127.0.0.1", allowHalfOpen: halfClose });
       let out = "";
       s.setEncoding("latin1");
       s.on("data", (b: string) => (out += b));
       s.on("error", reject);
       s.on("close", () => resolve(out));
       s.setTimeout(20_000, () => reject(new Error(`no close within 20 s; got ${JSON.stringify(out.slice(0, 200))}`)));
-      s.write(bytes, "latin1");
+      if (halfClose) s.end(bytes, "latin1");
+      else s.write(bytes, "latin1");
     });
+  const halfClosed = (bytes: string) => raw(bytes, true);
   const parse = (answer: string) => {
     const [head, ...rest] = answer.split("\r\n\r\n");
     const [statusLine, ...headerLines] = head!.split("\r\n");
@@ -195,6 +200,33 @@ describe("hardening, answers that broke the error contract (a dev node, raw TCP)
     assert.equal(put.status, 405);
     assert.equal(put.code, "method_not_allowed");
     assert.equal(put.headers.get("allow"), "GET, POST, HEAD, OPTIONS");
+  });
+
+  test("a half-closed connection got no answer: a whole request sent before the client's FIN is answered, then the connection closes", async () => {
+    // A produce waits for its fsync: the FIN arrives while it is in progress.
+    const produced = await halfClosed("POST /v1/topics/edge/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\nhalfclose");
+    assert.equal(parse(produced).status, 202, produced);
+    const replay = await fetch(`${node.url}/v1/topics/edge/partitions/0/messages?offset=0&limit=1000`);
+    assert.ok(JSON.stringify(await replay.json()).includes(Buffer.from("halfclose").toString("base64")), "stored, and its 202 was sent");
+    // Keep-alive requests, two pipelined: both answered, in order, then closed.
+    const two = await halfClosed("GET /v1/topics/edge HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert.deepEqual([...two.matchAll(/HTTP\/1\.1 (\d+)/g)].map((m) => m[1]), ["200", "200"], two);
+    // A request the FIN cut short never ran: 400, as before.
+    const cut = parse(await halfClosed("POST /v1/topics/edge/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nshort"));
+    assert.equal(cut.status, 400);
+    assert.equal(cut.code, "bad_request");
+  });
+
+  test("a topic path longer than 400 characters answered 404: every name past 200 characters is 400 invalid_topic_name naming the limit", async () => {
+    for (const len of [201, 400, 401, 5000, 15_000]) {
+      const name = "a".repeat(len);
+      for (const [method, path] of [["GET", `/v1/topics/${name}`], ["GET", `/v1/topics/${name}/partitions/0/messages`], ["POST", `/v1/topics/${name}/messages`]] as const) {
+        const a = parse(await raw(`${method} ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`));
+        assert.equal(a.status, 400, `${method} with a ${len}-character name`);
+        assert.equal(a.code, "invalid_topic_name");
+        assert.match(a.body, new RegExp(`at most 200 characters; this one has ${len}`));
+      }
+    }
   });
 
   test("a definite 400 for a request that was executed: garbage pipelined after a produce leaves the produce its 202 and gets no answer", async () => {

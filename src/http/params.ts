@@ -23,8 +23,12 @@ const SHOWN_CHARS_MAX = 64;
 /** A route's path parameters, as find-my-way gives them. */
 export type Params = Record<string, string | undefined>;
 
+/** The longest topic name TOPIC_NAME_RE takes (a longer one is refused naming this bound). */
+const TOPIC_NAME_CHARS_MAX = 200;
+
 export function topicParam(p: Params): string {
   const name = p.topic ?? "";
+  if (name.length > TOPIC_NAME_CHARS_MAX) throw new NaradError("invalid_topic_name", `A topic name is at most ${TOPIC_NAME_CHARS_MAX} characters; this one has ${name.length}.`);
   if (!TOPIC_NAME_RE.test(name)) throw new NaradError("invalid_topic_name", `${shown(name)} is not a valid topic name.`);
   return name;
 }

@@ -88,6 +88,13 @@ export function createHttpListener(o: { headersTimeoutMs: number; requestTimeout
   });
 }
 
+/**
+ * A path parameter as long as a request line can be (Node's 16 KiB header limit answers 431
+ * past it), so a name too long is refused by its own check, naming the bound (400
+ * invalid_topic_name), rather than not routed at all (it was 404 past 400 characters).
+ */
+const ROUTE_PARAM_CHARS_MAX = 16 * 1024;
+
 /** Requests on a socket whose answers are not finished (for the pipelined-garbage rule above). */
 const PENDING = Symbol("narad.pendingAnswers");
 /** The answer of the socket's newest request (its request is `res.req`). */
@@ -108,7 +115,7 @@ function endAfterWrites(socket: Duplex): void {
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const { service: svc, nodeId, bootId, cluster } = opts;
   const log = opts.logger.child({ module: "http" });
-  const router = FindMyWay({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: 400 });
+  const router = FindMyWay({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: ROUTE_PARAM_CHARS_MAX });
   let inFlight = 0;
   let stopping = false;
   let ready = false;
@@ -166,6 +173,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     }
   };
   const server = opts.server ?? createHttpListener(opts);
+  // A client that sends a whole request and then shuts its side (FIN: `nc -N`, HTTP/1.0-style
+  // clients, shutdown(SHUT_WR)) still reads: it gets its answer, then the connection closes.
+  // Without this Node aborts the request at the FIN and closes unanswered, even after a produce
+  // was stored. A request cut off by the FIN is still a parse error (400, clientError below).
+  // Node 20 has no createServer option for it and @types/node does not list the property (Node's
+  // own http server reads it in socketOnEnd); test/hardening.test.ts fails if it stops working.
+  (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   server.keepAliveTimeout = opts.keepAliveTimeoutMs;
   server.headersTimeout = opts.headersTimeoutMs;
   server.requestTimeout = opts.requestTimeoutMs;

@@ -53,8 +53,8 @@ export class FamilyCtx {
   }
   /**
    * One well-formed raw request with the admin's headers and Connection: close, read to its
-   * answer. Not half-closed: Node drops the answer of a request still in progress when its client
-   * half-closes (httpAllowHalfOpen is off), which would hide the answers of slow routes.
+   * answer. Not half-closed, though it could be: a request that arrived whole before the client's
+   * FIN is answered (src/http/server.ts, httpAllowHalfOpen; test/hardening.test.ts checks it).
    */
   raw(method: string, path: string, body?: Buffer | string, extra: [string, string][] = [], opts: SendOptions = {}): Promise<Exchange> {
     return send(this.port, request(method, path, this.headers([["Connection", "close"], ...extra]), body), { responses: 1, methods: [method], ...opts });

@@ -7,7 +7,9 @@
 // in test/hardening.test.ts): item 8's deep JSON (500), Node's own answers (no Host, bad Expect,
 // CONNECT), timeouts (400 after ~30 s), header overflow (400), HEAD/OPTIONS (405), 405 without
 // Allow, replay limits past 16 digits; item 6's garbage pipelined behind a request in flight;
-// item 7's /metrics naming every topic.
+// item 7's /metrics naming every topic. The suite's own notes (docs/hostile-input.md), fixed the
+// same way: a half-closed connection left unanswered, a topic path past 400 characters answered
+// 404, a receipt handle's non-canonical last character accepted as the handle.
 
 import type { Exchange } from "./wire.js";
 
