@@ -211,6 +211,11 @@ describe("hardening, answers that broke the error contract (a dev node, raw TCP)
     // Keep-alive requests, two pipelined: both answered, in order, then closed.
     const two = await halfClosed("GET /v1/topics/edge HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     assert.deepEqual([...two.matchAll(/HTTP\/1\.1 (\d+)/g)].map((m) => m[1]), ["200", "200"], two);
+    // A long poll whose client shut its side ends now, answered empty (it would hold its waiter
+    // slot for the whole wait; the helper gives up after 20 s, the poll's wait_ms).
+    assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "edge-empty", partitions: 1 }) })).status, 201);
+    assert.equal(parse(await halfClosed("POST /v1/topics/edge-empty/consume?wait_ms=20000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")).status, 204);
+    assert.match(await (await fetch(`${node.url}/metrics`)).text(), /^narad_long_polls_waiting 0$/m);
     // A request the FIN cut short never ran: 400, as before.
     const cut = parse(await halfClosed("POST /v1/topics/edge/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nshort"));
     assert.equal(cut.status, 400);

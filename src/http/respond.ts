@@ -105,13 +105,25 @@ export function outcomeStatus(o: SettleOutcome): number {
 /** Never aborted: what a consume that does not wait gets, since it has nothing to give up. */
 const NEVER_ABORTED = new AbortController().signal;
 
-/** Aborts a long poll when its client goes away; a consume with wait_ms 0 needs none (the cost shows). */
+/**
+ * Aborts a long poll when its client goes away, or shuts its side (FIN): the poll then ends now,
+ * answered empty. A half-closed socket stays open for the answers (src/http/server.ts,
+ * httpAllowHalfOpen), so without this a client gone with a FIN would hold its waiter slot for
+ * the whole wait. A consume with wait_ms 0 needs none (the cost shows).
+ */
 export function abortOnClose(req: IncomingMessage, res: ServerResponse, waitMs: number): AbortSignal {
   if (waitMs === 0) return NEVER_ABORTED;
   const ac = new AbortController();
+  const socket = req.socket;
+  if (socket.readableEnded) {
+    ac.abort();
+    return ac.signal;
+  }
+  const onEnd = () => ac.abort();
+  socket.once("end", onEnd);
   res.once("close", () => {
+    socket.off("end", onEnd);
     if (!res.writableFinished) ac.abort();
   });
-  void req;
   return ac.signal;
 }
