@@ -221,7 +221,7 @@ export class Broker {
     this.log = opts.logger.child({ module: "broker" });
     this.scheduler = opts.scheduler ?? systemScheduler;
     this.faults = opts.faults ?? NO_FAULTS;
-    this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq);
+    this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
     this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log) : new ControlPlaneRows(opts.dataDir, this.log);
     const topic = (name: string) => this.topic(name);
@@ -749,7 +749,7 @@ export class Broker {
       if (f === null || f.partition >= t.meta.partitions) return 400;
       const p = t.partitions[f.partition];
       if (p === undefined || !this.owns(t, p)) return 503; // cluster mode: not served here now
-      if (f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) return 410; // an earlier lease holder
+      if (!f.current) return 410; // an earlier lease holder: another node, or an earlier process of this one (./handles.ts)
       const tag = faults.settleTag(p, f.offset, f.tag);
       let r: "ok" | "gone";
       switch (faults.settleAction(action, p, f.offset, tag)) {
@@ -792,7 +792,7 @@ export class Broker {
     const t = this.topic(topicName);
     const fields = this.codec.verify(t.meta.incarnation, handles);
     for (const f of fields) {
-      if (f === null || f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) continue;
+      if (f === null || !f.current) continue;
       t.partitions[f.partition]?.release(f.offset, f.tag, false);
     }
     this.wake(t);

@@ -132,7 +132,7 @@ export class ClusterService implements Service {
 
   constructor(private readonly o: ClusterServiceOptions) {
     this.log = o.logger.child({ module: "cluster" });
-    this.codec = new HandleCodec(o.cp.clusterSecret, o.cp.nodeNumber, o.bootSeq);
+    this.codec = new HandleCodec(o.cp.clusterSecret, o.cp.nodeNumber, o.bootSeq, o.bootId);
     this.me = o.nodeId;
     const overflow = () => new NaradError("overloaded", "Too many requests wait to be forwarded to one owner; retry after the Retry-After seconds.", { retryAfterS: 1 });
     this.produces = new Coalescer(
