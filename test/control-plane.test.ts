@@ -86,7 +86,7 @@ function isMove(reason: string) {
   return (e: unknown): boolean => e instanceof MoveRefused && e.reason === reason;
 }
 
-const topicDefaults = { visibility_timeout_ms: 30_000, retention_ms: 86_400_000, owner: null };
+const topicDefaults = { visibility_timeout_ms: 30_000, retention_ms: 86_400_000, owner: null, owner_id: null };
 
 test("migrations apply once, also when several nodes start at once", async () => {
   const url = await server.newDatabase();
@@ -258,7 +258,7 @@ test("placement spreads partitions over the least-loaded live nodes, skips down 
   await d.close(); // releases its lease: down by the database clock from now on
   await waitFor("d is down", () => a.node("d")?.state === "down");
 
-  const t1 = await a.createTopic({ name: "orders", partitions: 6, ...topicDefaults, owner: "alice" });
+  const t1 = await a.createTopic({ name: "orders", partitions: 6, ...topicDefaults, owner: "alice", owner_id: "a11ce".padEnd(32, "0") });
   assert.deepEqual(t1.placement.map((p) => p.node), ["a", "b", "c", "a", "b", "c"]);
   assert.ok(t1.placement.every((p) => p.epoch === 1 && p.state === "serving"));
   assert.equal(t1.topic.partitions, 6);
