@@ -4,48 +4,53 @@
 // counts deliveries per partition within one boot, so a redelivery gets a new handle and an older
 // one stops matching the live lease (410). The node cannot keep every handle it ever issued, yet
 // it must tell a handle it issued (lapsed or replaced: 410) from one it never issued (forged: 400).
-// So every handle carries a MAC, in two halves of 6 bytes:
+// So every handle is authenticated, twice over:
 //
-// - the issuer half, keyed from the secret (the node's own, or in a cluster the cluster's, so any
-//   owner can verify a handle another owner issued before a move) and the issuing (node number,
-//   boot sequence): any node holding the secret tells a handle some owner issued (410 when it is
-//   not the live lease) from a forged one or one of another topic (400);
-// - the boot half, keyed from the same and the issuing process's boot id (random at every start,
-//   ./identity.ts): only the process that minted the handle can verify it, and only a handle whose
-//   boot half verifies can match a live lease. The boot sequence alone did not do: it comes from
-//   node.json, and restoring an older node.json brought back a boot sequence already used, whose
-//   handles (same partitions, offsets and delivery tags counted from 1 again) then settled the new
-//   boot's leases. Now such a handle is from an earlier process, whatever its boot sequence: 410.
+// - a boot tag, keyed from the secret, the issuing (node number, boot sequence) and the issuing
+//   process's boot id (random at every start, ./identity.ts): only the process that minted the
+//   handle can check it, and only a handle whose boot tag checks can match a live lease. The boot
+//   sequence alone did not do: it comes from node.json, and restoring an older node.json brought
+//   back a boot sequence already used, whose handles (same partitions, offsets and delivery tags,
+//   counted again from the start) then settled the new boot's leases. Now such a handle is from an
+//   earlier process, whatever its boot sequence: 410.
+// - a MAC over all the rest, the boot tag included, keyed from the secret (the node's own, or in
+//   a cluster the cluster's, so any owner can verify a handle another owner issued before a move)
+//   and the issuing (node number, boot sequence): any node holding the secret tells a handle some
+//   process issued (410 unless it is the live lease) from a forged or edited one, or one of
+//   another topic (400).
+// Settling anything takes both (96 bits to guess); the MAC alone (48 bits) only turns a 400 into a
+// 410. Handles of version 2 (before the boot tag: one 12-byte MAC) still verify, as an earlier
+// process's.
 //
-// A forgery must guess both halves (96 bits) to settle anything; guessing the issuer half alone
-// (48 bits) only turns its 400 into a 410. Handles minted before the boot half existed carried
-// one 12-byte MAC whose first 6 bytes are this issuer half, so they still answer 410.
-//
-// MAC: AES-128 as a pseudo-random function over one 16-byte block (a PRF on fixed-length input is
-// a secure MAC), truncated. AES rather than HMAC because a batch of 100 handles is one cipher call
-// per half (~55 ns a handle each here, against ~3 µs for an HMAC). The block includes the topic's
-// incarnation id, so a handle presented to another topic, or to a topic deleted and created
-// again, fails (400).
+// The primitive: AES-128 as a pseudo-random function (a PRF on fixed-length input is a secure
+// MAC), truncated to 6 bytes; the MAC is the CBC-MAC of two blocks (fixed length, so also a PRF).
+// AES rather than HMAC because a batch of 100 handles is a few cipher calls (~55 ns a handle and
+// call here, against ~3 µs for an HMAC each). The block includes the topic's incarnation id, so a
+// handle presented to another topic, or to a topic deleted and created again, fails (400).
 //
 // Byte layout of a handle (base64url, 42 characters):
-//   0      u8   version (2)
+//   0      u8   version (3)
 //   1..2   u16  node number of the owner that issued it (0 on a single node)
 //   3..6   u32  boot sequence of that owner
 //   7..8   u16  partition
 //   9..14  u48  offset
 //   15..18 u32  delivery tag
-//   19..24      issuer half: first 6 bytes of AES-128-ECB(key(node, boot sequence), block)
-//   25..30      boot half: first 6 bytes of AES-128-ECB(key(node, boot sequence, boot id), block)
-// where block = u32 topic incarnation | u16 partition | u48 offset | u32 delivery tag.
+//   19..24      boot tag: first 6 bytes of AES(kBoot, block)
+//   25..30      MAC: first 6 bytes of AES(kMac, AES(kMac, block) XOR (boot tag | 10 zero bytes))
+// where block = u32 topic incarnation | u16 partition | u48 offset | u32 delivery tag, and
+// kBoot, kMac are derived from the secret by HMAC-SHA-256 over (node, boot sequence[, boot id]).
+// Version 2: bytes 19..30 are the first 12 bytes of AES(kV2, block).
 
 import assert from "node:assert/strict";
 import { createCipheriv, createHmac, timingSafeEqual, type Cipher } from "node:crypto";
 
-const VERSION = 2;
+const VERSION = 3;
+/** Minted before the boot tag existed; verified as an earlier process's. */
+const VERSION_V2 = 2;
 const HANDLE_BYTES = 31;
 const HANDLE_CHARS = 42;
-/** Each half of the MAC. */
-const HALF_BYTES = 6;
+const TAG_BYTES = 6;
+const V2_MAC_BYTES = 12;
 const OFFSET_MAX = 2 ** 48 - 1;
 
 export interface HandleFields {
@@ -56,17 +61,24 @@ export interface HandleFields {
   tag: number;
 }
 
-/** A verified handle's fields; `current` when this very process minted it (its boot half verifies). */
+/** A verified handle's fields; `current` when this very process minted it (its boot tag checks). */
 export interface VerifiedHandle extends HandleFields {
   current: boolean;
 }
 
 type Item = Omit<HandleFields, "bootSeq" | "nodeNum">;
 
+interface Parsed {
+  version: number;
+  f: HandleFields;
+  /** Bytes 19..30. */
+  auth: Buffer;
+}
+
 export class HandleCodec {
-  /** Per issuer (node number, boot sequence): an AES-128-ECB cipher under its derived key. */
+  /** Per key label: an AES-128-ECB cipher under the derived key. */
   private readonly ciphers = new Map<string, Cipher>();
-  /** This process's boot half cipher. */
+  /** This process's boot tag cipher. */
   private readonly bootCipher: Cipher;
 
   constructor(
@@ -76,8 +88,8 @@ export class HandleCodec {
     /** The boot id: random at every process start. */
     bootId: string,
   ) {
-    assert.ok(bootId.length > 0, "the boot half needs the process's boot id");
-    this.bootCipher = this.makeCipher(`narad-handle-key/${currentNodeNum}/${currentBootSeq}/${bootId}`);
+    assert.ok(bootId.length > 0, "the boot tag needs the process's boot id");
+    this.bootCipher = this.makeCipher(`narad-handle-boot-key/${currentNodeNum}/${currentBootSeq}/${bootId}`);
   }
 
   private makeCipher(label: string): Cipher {
@@ -88,16 +100,16 @@ export class HandleCodec {
   }
 
   /**
-   * The issuer's cipher, made once and kept: ECB without padding turns each whole 16-byte block
+   * An issuer's cipher, made once and kept: ECB without padding turns each whole 16-byte block
    * into its output at once, so one cipher object serves every update() and is never finished.
    */
-  private cipher(nodeNum: number, bootSeq: number): Cipher {
-    const id = `${nodeNum}/${bootSeq}`;
-    let c = this.ciphers.get(id);
+  private cipher(version: number, nodeNum: number, bootSeq: number): Cipher {
+    const label = version === VERSION_V2 ? `narad-handle-key/${nodeNum}/${bootSeq}` : `narad-handle-key-v3/${nodeNum}/${bootSeq}`;
+    let c = this.ciphers.get(label);
     if (c === undefined) {
-      c = this.makeCipher(`narad-handle-key/${id}`);
+      c = this.makeCipher(label);
       if (this.ciphers.size > 256) this.ciphers.clear(); // a bound; ciphers are cheap to make again
-      this.ciphers.set(id, c);
+      this.ciphers.set(label, c);
     }
     return c;
   }
@@ -121,11 +133,21 @@ export class HandleCodec {
     return out;
   }
 
-  /** Mints handles for deliveries of the current boot, one cipher call per MAC half for the lot. */
+  /** The MACs (16 bytes each, to truncate) of blocks whose boot tags are `bootTag(i)`. */
+  private static macs(c: Cipher, blocks: Buffer, bootTag: (i: number) => Buffer): Buffer {
+    const chained = HandleCodec.encrypt(c, blocks);
+    for (let i = 0; i < chained.length / 16; i++) {
+      const t = bootTag(i);
+      for (let k = 0; k < TAG_BYTES; k++) chained[i * 16 + k]! ^= t[k]!;
+    }
+    return HandleCodec.encrypt(c, chained);
+  }
+
+  /** Mints handles for deliveries of the current boot, three cipher calls for the lot. */
   mint(topicIncarnation: number, items: readonly Item[]): string[] {
     const blocks = HandleCodec.blocks(topicIncarnation, items);
-    const issuer = HandleCodec.encrypt(this.cipher(this.currentNodeNum, this.currentBootSeq), blocks);
     const boot = HandleCodec.encrypt(this.bootCipher, blocks);
+    const macs = HandleCodec.macs(this.cipher(VERSION, this.currentNodeNum, this.currentBootSeq), blocks, (i) => boot.subarray(i * 16, i * 16 + TAG_BYTES));
     const out: string[] = new Array(items.length);
     const buf = Buffer.allocUnsafe(HANDLE_BYTES);
     buf.writeUInt8(VERSION, 0);
@@ -136,8 +158,8 @@ export class HandleCodec {
       buf.writeUInt16BE(it.partition, 7);
       buf.writeUIntBE(it.offset, 9, 6);
       buf.writeUInt32BE(it.tag >>> 0, 15);
-      issuer.copy(buf, 19, i * 16, i * 16 + HALF_BYTES);
-      boot.copy(buf, 19 + HALF_BYTES, i * 16, i * 16 + HALF_BYTES);
+      boot.copy(buf, 19, i * 16, i * 16 + TAG_BYTES);
+      macs.copy(buf, 19 + TAG_BYTES, i * 16, i * 16 + TAG_BYTES);
       out[i] = buf.toString("base64url");
     }
     return out;
@@ -145,34 +167,43 @@ export class HandleCodec {
 
   /**
    * Parses and authenticates handles presented to a topic. Returns, per handle, its fields or
-   * null when it is malformed, forged, or of another topic; `current` says whether this process
-   * minted it (only such a handle can be a live lease).
+   * null when it is malformed, forged, edited, or of another topic; `current` says whether this
+   * process minted it (only such a handle can be a live lease).
    */
   verify(topicIncarnation: number, handles: readonly string[]): (VerifiedHandle | null)[] {
-    const parsed: ({ f: HandleFields; mac: Buffer } | null)[] = handles.map((h) => parse(h));
+    const parsed = handles.map((h) => parse(h));
     const out: (VerifiedHandle | null)[] = new Array(handles.length).fill(null);
-    // Group by issuer so each issuer's key is one cipher call.
+    // Group by issuer (and version) so each key is a few cipher calls for the lot.
     const byIssuer = new Map<string, number[]>();
     parsed.forEach((p, i) => {
       if (p === null) return;
-      const id = `${p.f.nodeNum}/${p.f.bootSeq}`;
+      const id = `${p.version}/${p.f.nodeNum}/${p.f.bootSeq}`;
       const list = byIssuer.get(id);
       if (list) list.push(i);
       else byIssuer.set(id, [i]);
     });
     for (const idxs of byIssuer.values()) {
-      const first = parsed[idxs[0]!]!.f;
+      const first = parsed[idxs[0]!]!;
       const blocks = HandleCodec.blocks(
         topicIncarnation,
         idxs.map((i) => parsed[i]!.f),
       );
-      const issuer = HandleCodec.encrypt(this.cipher(first.nodeNum, first.bootSeq), blocks);
-      const mine = first.nodeNum === this.currentNodeNum && first.bootSeq === this.currentBootSeq;
+      const c = this.cipher(first.version, first.f.nodeNum, first.f.bootSeq);
+      if (first.version === VERSION_V2) {
+        const macs = HandleCodec.encrypt(c, blocks);
+        idxs.forEach((i, j) => {
+          const p = parsed[i]!;
+          if (timingSafeEqual(p.auth, macs.subarray(j * 16, j * 16 + V2_MAC_BYTES))) out[i] = { ...p.f, current: false };
+        });
+        continue;
+      }
+      const macs = HandleCodec.macs(c, blocks, (j) => parsed[idxs[j]!]!.auth.subarray(0, TAG_BYTES));
+      const mine = first.f.nodeNum === this.currentNodeNum && first.f.bootSeq === this.currentBootSeq;
       const boot = mine ? HandleCodec.encrypt(this.bootCipher, blocks) : undefined;
       idxs.forEach((i, j) => {
         const p = parsed[i]!;
-        if (!timingSafeEqual(p.mac.subarray(0, HALF_BYTES), issuer.subarray(j * 16, j * 16 + HALF_BYTES))) return;
-        const current = boot !== undefined && timingSafeEqual(p.mac.subarray(HALF_BYTES), boot.subarray(j * 16, j * 16 + HALF_BYTES));
+        if (!timingSafeEqual(p.auth.subarray(TAG_BYTES), macs.subarray(j * 16, j * 16 + TAG_BYTES))) return;
+        const current = boot !== undefined && timingSafeEqual(p.auth.subarray(0, TAG_BYTES), boot.subarray(j * 16, j * 16 + TAG_BYTES));
         out[i] = { ...p.f, current };
       });
     }
@@ -180,20 +211,21 @@ export class HandleCodec {
   }
 }
 
-function parse(h: string): { f: HandleFields; mac: Buffer } | null {
+function parse(h: string): Parsed | null {
   if (typeof h !== "string" || h.length !== HANDLE_CHARS || !/^[A-Za-z0-9_-]+$/.test(h)) return null;
   const b = Buffer.from(h, "base64url");
-  if (b.length !== HANDLE_BYTES || b[0] !== VERSION) return null;
+  if (b.length !== HANDLE_BYTES || (b[0] !== VERSION && b[0] !== VERSION_V2)) return null;
   const nodeNum = b.readUInt16BE(1);
   const bootSeq = b.readUInt32BE(3);
   // A boot sequence above ours is not refused as forged: restoring an older node.json lowers
-  // ours, and the handles of the boots it forgot are stale (410), not forged. The boot half
-  // keeps them from any live lease.
+  // ours, and the handles of the boots it forgot are stale (410), not forged. The boot tag keeps
+  // them from any live lease.
   if (bootSeq === 0) return null;
   const offset = b.readUIntBE(9, 6);
   if (offset > OFFSET_MAX) return null;
   return {
+    version: b[0]!,
     f: { nodeNum, bootSeq, partition: b.readUInt16BE(7), offset, tag: b.readUInt32BE(15) },
-    mac: b.subarray(19, 19 + 2 * HALF_BYTES),
+    auth: b.subarray(19, HANDLE_BYTES),
   };
 }
