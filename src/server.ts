@@ -187,7 +187,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
     }
     if (!dev) await bootstrapAdmin(users, env, log);
-    const broker = await Broker.open({ ...brokerOptions, remote: new SdkRemoteSink() });
+    const broker = await Broker.open({ ...brokerOptions, remote: new SdkRemoteSink(), userIdOf: (name) => users.get(name)?.id });
     const http = createHttpServer({
       ...httpCommon,
       service: new LocalService(broker),

@@ -86,7 +86,7 @@ function isMove(reason: string) {
   return (e: unknown): boolean => e instanceof MoveRefused && e.reason === reason;
 }
 
-const topicDefaults = { visibility_timeout_ms: 30_000, retention_ms: 86_400_000, owner: null };
+const topicDefaults = { visibility_timeout_ms: 30_000, retention_ms: 86_400_000, owner: null, owner_id: null };
 
 test("migrations apply once, also when several nodes start at once", async () => {
   const url = await server.newDatabase();
@@ -105,6 +105,41 @@ test("migrations apply once, also when several nodes start at once", async () =>
   assert.deepEqual(rows.map((r) => r.version), MIGRATIONS.map((m) => m.version));
   assert.ok(a.clusterSecret.length === 32 && a.clusterSecret.equals(b.clusterSecret), "one cluster secret, shared");
   assert.notEqual(a.nodeNumber, b.nodeNumber);
+});
+
+test("migration 3 on a database of migrations 1 and 2: users get ids, and each topic's owner name maps to the id of that name's user (none: no owner)", async () => {
+  const url = await server.newDatabase();
+  // The schema as migrations 1 and 2 left it, with rows the build before owner ids wrote.
+  await sql(url, "CREATE SCHEMA narad");
+  await sql(url, "CREATE TABLE narad.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+  for (const m of MIGRATIONS.filter((x) => x.version < 3)) {
+    await sql(url, m.sql);
+    await sql(url, "INSERT INTO narad.schema_migrations (version, name) VALUES ($1, $2)", [m.version, m.name]);
+  }
+  for (const name of ["ann", "ben"]) {
+    await sql(url, `INSERT INTO narad.users (name, password, created_at, version) VALUES ($1, '{}'::jsonb, 0, nextval('narad.change_seq'))`, [name]);
+  }
+  const topic = `INSERT INTO narad.topics (name, incarnation, partitions, visibility_timeout_ms, retention_ms, owner, created_at, version) VALUES ($1, 1, 1, 1000, 1000, $2, 0, nextval('narad.change_seq'))`;
+  await sql(url, topic, ["ann-log", "ann"]);
+  await sql(url, topic, ["gone-log", "gone"]); // its owner was deleted before the upgrade
+  await sql(url, topic, ["open-log", null]);
+
+  const c = await node(url, "n1");
+  const users = await sql<{ name: string; id: string }>(url, "SELECT name, id FROM narad.users ORDER BY name");
+  assert.equal(users.length, 2);
+  assert.ok(users.every((u) => /^[0-9a-f]{32}$/.test(u.id)), JSON.stringify(users));
+  assert.notEqual(users[0]!.id, users[1]!.id);
+  assert.equal(c.get("ann")?.id, users[0]!.id, "the cached view has the ids");
+  const owners = await sql<{ name: string; owner: string | null; owner_id: string | null }>(url, "SELECT name, owner, owner_id FROM narad.topics ORDER BY name");
+  assert.deepEqual(owners, [
+    { name: "ann-log", owner: "ann", owner_id: users[0]!.id },
+    { name: "gone-log", owner: null, owner_id: null },
+    { name: "open-log", owner: null, owner_id: null },
+  ]);
+  // A user made now gets a new id, also under a name that owned something once.
+  await c.addUser("gone", "gone-Password-1", 0);
+  assert.match(c.get("gone")!.id, /^[0-9a-f]{32}$/);
+  assert.equal(c.topic("gone-log")?.owner_id, null);
 });
 
 test("heartbeats extend the lease by the database clock; a node whose heartbeats stop is down after its lease", async () => {
@@ -258,7 +293,7 @@ test("placement spreads partitions over the least-loaded live nodes, skips down 
   await d.close(); // releases its lease: down by the database clock from now on
   await waitFor("d is down", () => a.node("d")?.state === "down");
 
-  const t1 = await a.createTopic({ name: "orders", partitions: 6, ...topicDefaults, owner: "alice" });
+  const t1 = await a.createTopic({ name: "orders", partitions: 6, ...topicDefaults, owner: "alice", owner_id: "a11ce".padEnd(32, "0") });
   assert.deepEqual(t1.placement.map((p) => p.node), ["a", "b", "c", "a", "b", "c"]);
   assert.ok(t1.placement.every((p) => p.epoch === 1 && p.state === "serving"));
   assert.equal(t1.topic.partitions, 6);

@@ -392,3 +392,135 @@ test("a deleted node.json was regenerated silently with a new id and secret: bes
     await removeDir(dir);
   }
 });
+
+test("a new user given a deleted user's name inherited its topics: it may not change or delete them, they show no owner, and that holds after a restart", async () => {
+  const dir = await tempDir();
+  let node: RunningNode | undefined;
+  const env = { NARAD_ADMIN_PASSWORD: ADMIN_PW };
+  const json = { authorization: basic("admin", ADMIN_PW), "content-type": "application/json" };
+  const dana = (pw: string) => ({ authorization: basic("dana", pw), "content-type": "application/json" });
+  try {
+    node = await startNode({ dataDir: dir, dev: false, env });
+    const addDana = async (pw: string) => {
+      assert.equal((await fetch(`${node!.url}/v1/users`, { method: "POST", headers: json, body: JSON.stringify({ name: "dana", password: pw }) })).status, 201);
+      assert.equal((await fetch(`${node!.url}/v1/users/dana/grants`, { method: "POST", headers: json, body: JSON.stringify({ action: "create", pattern: "dana-*" }) })).status, 201);
+    };
+    await addDana("dana-Password-1");
+    assert.equal((await fetch(`${node!.url}/v1/topics`, { method: "POST", headers: dana("dana-Password-1"), body: JSON.stringify({ name: "dana-books", partitions: 1 }) })).status, 201);
+    assert.equal((await fetch(`${node!.url}/v1/topics/dana-books/messages`, { method: "POST", headers: json, body: "kept" })).status, 202);
+    assert.equal((await fetch(`${node!.url}/v1/users/dana`, { method: "DELETE", headers: json })).status, 204);
+    await addDana("dana-Password-2");
+    const imposter = dana("dana-Password-2");
+    const refusedOnce = async () => {
+      assert.equal((await fetch(`${node!.url}/v1/topics/dana-books`, { method: "DELETE", headers: imposter })).status, 403);
+      assert.equal((await fetch(`${node!.url}/v1/topics/dana-books`, { method: "PATCH", headers: imposter, body: JSON.stringify({ partitions: 2 }) })).status, 403);
+      const shown = (await (await fetch(`${node!.url}/v1/topics/dana-books`, { headers: json })).json()) as { owner: string | null };
+      assert.equal(shown.owner, null, "its owner was deleted");
+    };
+    await refusedOnce();
+    assert.equal(await node.stop(), 0);
+    node = await startNode({ dataDir: dir, dev: false, env, port: node.port });
+    await refusedOnce();
+    const r = await fetch(`${node.url}/v1/topics/dana-books/partitions/0/messages?offset=0`, { headers: json });
+    assert.equal(((await r.json()) as { messages: unknown[] }).messages.length, 1, "the topic and its message are still there");
+  } finally {
+    await node?.kill();
+    await removeDir(dir);
+  }
+});
+
+test("topics and users written before owner ids keep their owners at the upgrade, mapped once by name; an owner deleted before it leaves its topic to no one", async () => {
+  const dir = await tempDir();
+  let node: RunningNode | undefined;
+  const env = { NARAD_ADMIN_PASSWORD: ADMIN_PW };
+  const json = { authorization: basic("admin", ADMIN_PW), "content-type": "application/json" };
+  const as = (user: string) => ({ authorization: basic(user, `${user}-Password-1`), "content-type": "application/json" });
+  const usersFile = join(dir, "security", "users.json");
+  const topicFile = (t: string) => join(dir, "topics", t, "topic.json");
+  try {
+    node = await startNode({ dataDir: dir, dev: false, env });
+    for (const user of ["bert", "cleo"]) {
+      assert.equal((await fetch(`${node.url}/v1/users`, { method: "POST", headers: json, body: JSON.stringify({ name: user, password: `${user}-Password-1` }) })).status, 201);
+      assert.equal((await fetch(`${node.url}/v1/users/${user}/grants`, { method: "POST", headers: json, body: JSON.stringify({ action: "create", pattern: `${user}-*` }) })).status, 201);
+      assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: as(user), body: JSON.stringify({ name: `${user}-log`, partitions: 1 }) })).status, 201);
+    }
+    assert.equal(await node.stop(), 0);
+
+    // The files as the build before owner ids wrote them: users without ids, topics with their
+    // owner's name only; and cleo deleted under that build.
+    const users = JSON.parse(await readFile(usersFile, "utf8")) as { users: Record<string, { id?: string }> };
+    for (const u of Object.values(users.users)) delete u.id;
+    delete users.users.cleo;
+    await writeFile(usersFile, JSON.stringify(users, null, 2));
+    for (const t of ["bert-log", "cleo-log"]) {
+      const meta = JSON.parse(await readFile(topicFile(t), "utf8")) as { owner_id?: string; owner: string };
+      assert.equal(typeof meta.owner_id, "string", "this build records the owner's id");
+      delete meta.owner_id;
+      await writeFile(topicFile(t), JSON.stringify(meta, null, 2));
+    }
+
+    node = await startNode({ dataDir: dir, dev: false, env, port: node.port });
+    const upgraded = JSON.parse(await readFile(usersFile, "utf8")) as { users: Record<string, { id: string }> };
+    assert.match(upgraded.users.bert!.id, /^[0-9a-f]{32}$/, "every user got an id, written back");
+    assert.match(upgraded.users.admin!.id, /^[0-9a-f]{32}$/);
+    const bertMeta = JSON.parse(await readFile(topicFile("bert-log"), "utf8")) as { owner: string | null; owner_id: string | null };
+    assert.deepEqual([bertMeta.owner, bertMeta.owner_id], ["bert", upgraded.users.bert!.id], "bert-log: owned by the id of the user named bert at the upgrade");
+    const cleoMeta = JSON.parse(await readFile(topicFile("cleo-log"), "utf8")) as { owner: string | null; owner_id: string | null };
+    assert.deepEqual([cleoMeta.owner, cleoMeta.owner_id], [null, null], "cleo-log: its owner's name had no user at the upgrade");
+    assert.equal((await fetch(`${node.url}/v1/topics/bert-log`, { method: "PATCH", headers: as("bert"), body: JSON.stringify({ partitions: 2 }) })).status, 200, "the owner still manages its topic");
+
+    // A user given cleo's name after the upgrade does not inherit cleo-log, also after another start.
+    assert.equal((await fetch(`${node.url}/v1/users`, { method: "POST", headers: json, body: JSON.stringify({ name: "cleo", password: "cleo-Password-1" }) })).status, 201);
+    assert.equal((await fetch(`${node.url}/v1/users/cleo/grants`, { method: "POST", headers: json, body: JSON.stringify({ action: "create", pattern: "cleo-*" }) })).status, 201);
+    assert.equal((await fetch(`${node.url}/v1/topics/cleo-log`, { method: "DELETE", headers: as("cleo") })).status, 403);
+    assert.equal(await node.stop(), 0);
+    const before = await readFile(topicFile("cleo-log"), "utf8");
+    node = await startNode({ dataDir: dir, dev: false, env, port: node.port });
+    assert.equal(await readFile(topicFile("cleo-log"), "utf8"), before, "mapped once: a later start leaves it as it is");
+    assert.equal((await fetch(`${node.url}/v1/topics/cleo-log`, { method: "DELETE", headers: as("cleo") })).status, 403);
+    assert.equal((await fetch(`${node.url}/v1/topics/bert-log`, { method: "DELETE", headers: as("bert") })).status, 204);
+  } finally {
+    await node?.kill();
+    await removeDir(dir);
+  }
+});
+
+test("restoring an older node.json made old receipt handles valid: a handle from before the restart answers 410, and the new lease stays live", async () => {
+  const dir = await tempDir();
+  let node: RunningNode | undefined;
+  const json = { "content-type": "application/json" };
+  try {
+    node = await startNode({ dataDir: dir });
+    assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: json, body: JSON.stringify({ name: "leased", partitions: 1, visibility_timeout_ms: 600_000 }) })).status, 201);
+    assert.equal((await fetch(`${node.url}/v1/topics/leased/messages`, { method: "POST", body: "m" })).status, 202);
+    assert.equal(await node.stop(), 0);
+    const older = await readFile(join(dir, "node.json"));
+
+    const consume = async () => {
+      const r = await fetch(`${node!.url}/v1/topics/leased/consume`, { method: "POST" });
+      assert.equal(r.status, 200);
+      assert.equal(await r.text(), "m");
+      return r.headers.get("narad-receipt-handle")!;
+    };
+    node = await startNode({ dataDir: dir, port: node.port });
+    const old = await consume();
+    assert.equal(await node.stop(), 0);
+    await writeFile(join(dir, "node.json"), older); // the same boot sequence again at the next start
+
+    node = await startNode({ dataDir: dir, port: node.port });
+    const fresh = await consume();
+    // Same boot sequence, partition, offset and delivery tag: keyed by node.json alone, the two
+    // handles were the same bytes, and the old one settled the new lease.
+    assert.notEqual(fresh, old);
+    const gone = await fetch(`${node.url}/v1/topics/leased/ack?receipt_handle=${old}`, { method: "POST" });
+    assert.equal(gone.status, 410);
+    assert.equal(((await gone.json()) as { error: { code: string } }).error.code, "receipt_handle_gone");
+    const batch = await fetch(`${node.url}/v1/topics/leased/ack/batch`, { method: "POST", headers: json, body: JSON.stringify({ receipt_handles: [old] }) });
+    assert.deepEqual(((await batch.json()) as { results: { status: number }[] }).results.map((x) => x.status), [410]);
+    assert.equal((await fetch(`${node.url}/v1/topics/leased/ack?receipt_handle=${fresh}&extend=true`, { method: "POST" })).status, 204, "the new lease is still live");
+    assert.equal((await fetch(`${node.url}/v1/topics/leased/ack?receipt_handle=${fresh}`, { method: "POST" })).status, 204);
+  } finally {
+    await node?.kill();
+    await removeDir(dir);
+  }
+});

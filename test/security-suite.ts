@@ -163,6 +163,30 @@ export function defineSecuritySuite(name: string, deploy: Deploy): void {
       assert.equal((await admin("POST", "/v1/users/alice/grants", { action: "produce", pattern: "orders-*" })).status, 201);
     });
 
+    test("a user given a deleted user's name does not own its topics: the topic shows no owner, and only an admin changes or deletes it", async () => {
+      const first = as("erin", "erin-Password-1");
+      const second = as("erin", "erin-Password-2");
+      assert.equal((await admin("POST", "/v1/users", { name: "erin", password: "erin-Password-1" })).status, 201);
+      assert.equal((await admin("POST", "/v1/users/erin/grants", { action: "create", pattern: "erin-*" })).status, 201);
+      const made = await first("POST", "/v1/topics", { name: "erin-ledger", partitions: 1 });
+      assert.equal(made.status, 201);
+      assert.equal(((await made.json()) as { owner: string | null }).owner, "erin");
+      assert.equal((await admin("DELETE", "/v1/users/erin")).status, 204);
+      assert.equal((await admin("POST", "/v1/users", { name: "erin", password: "erin-Password-2" })).status, 201);
+      assert.equal((await admin("POST", "/v1/users/erin/grants", { action: "create", pattern: "erin-*" })).status, 201);
+      for (const url of d.urls) {
+        const shown = (await (await second("GET", "/v1/topics/erin-ledger", undefined, false, url)).json()) as { owner: string | null };
+        assert.equal(shown.owner, null, `the deleted owner shows as null through ${url}`);
+      }
+      assert.deepEqual(await everywhere(second, "PATCH", "/v1/topics/erin-ledger", { partitions: 2 }), each(403));
+      assert.deepEqual(await everywhere(second, "DELETE", "/v1/topics/erin-ledger"), each(403));
+      const own = await second("POST", "/v1/topics", { name: "erin-new", partitions: 1 });
+      assert.equal(own.status, 201);
+      assert.equal(((await own.json()) as { owner: string | null }).owner, "erin", "what the new erin creates is hers");
+      assert.equal((await second("DELETE", "/v1/topics/erin-new")).status, 204);
+      assert.equal((await admin("DELETE", "/v1/topics/erin-ledger")).status, 204);
+    });
+
     test("a user changes its own password; the old one stops working at once", async () => {
       const next = "alice-Password-2";
       assert.deepEqual(await everywhere(alice, "GET", "/v1/topics"), each(200), "alice's credentials are cached by now");

@@ -35,7 +35,7 @@ test("unauthenticated password checks starve fsync: more than checksMax at once 
       assert.equal(e.definite, true);
       assert.equal(e.retryAfterS, PASSWORD_CHECK_LIMITS.retryAfterS);
       // Once the queue drained, the right password is checked and accepted.
-      assert.deepEqual(await auth.authenticate(basic("alice", "alice-Password-1")), { name: "alice", grants: [] });
+      assert.deepEqual(await auth.authenticate(basic("alice", "alice-Password-1")), { name: "alice", id: store.get("alice")!.id, grants: [] });
     } finally {
       await auth.close();
     }
@@ -103,7 +103,7 @@ test("a targeted lockout: after 40 failed logins for one name, its right passwor
       assert.ok(burst.some((r) => r.error instanceof NaradError && r.error.code === "too_many_auth_attempts"), "a burst from the failing address meets 429");
       // Alice, from her own address: no wait at all.
       const mine = await settle(s, auth.authenticate(basic("alice", "alice-Password-1"), "192.0.2.10"));
-      assert.deepEqual(mine.value, { name: "alice", grants: [] });
+      assert.deepEqual(mine.value, { name: "alice", id: store.get("alice")!.id, grants: [] });
       assert.equal(mine.ms, 0);
       // Alice behind the stranger's own address: answered within one slot (or told when to retry).
       const shared = await settle(s, auth.authenticate(basic("alice", "alice-Password-1"), "10.0.0.66"));
@@ -111,7 +111,7 @@ test("a targeted lockout: after 40 failed logins for one name, its right passwor
         assert.ok(shared.error instanceof NaradError && shared.error.code === "too_many_auth_attempts");
         assert.ok(shared.error.retryAfterS! <= AUTH_LIMITS.slowdownMaxMs / 1000 * 2);
       } else {
-        assert.deepEqual(shared.value, { name: "alice", grants: [] });
+        assert.deepEqual(shared.value, { name: "alice", id: store.get("alice")!.id, grants: [] });
         assert.ok(shared.ms <= AUTH_LIMITS.slowdownMaxMs + 100, `waited ${shared.ms} ms`);
       }
     } finally {

@@ -92,7 +92,7 @@ export class Authenticator {
     if (hit !== undefined && this.store.generation(hit.user) === hit.generation) {
       this.cache.delete(key);
       this.cache.set(key, hit); // most recently used last
-      return { name: user, grants: this.store.grants(user) };
+      return { name: user, id: this.store.get(user)!.id, grants: this.store.grants(user) };
     }
     const failureKey = `${user}\0${clientAddress}`;
     await this.waitTurn(failureKey);
@@ -108,7 +108,7 @@ export class Authenticator {
     this.failures.delete(failureKey);
     this.cache.set(key, { user, generation });
     if (this.cache.size > AUTH_LIMITS.cacheMax) this.cache.delete(this.cache.keys().next().value!);
-    return { name: user, grants: this.store.grants(user) };
+    return { name: user, id: rec.id, grants: this.store.grants(user) };
   }
 
   private async waitTurn(key: string): Promise<void> {

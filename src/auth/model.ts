@@ -5,7 +5,8 @@
 // topics), create (topics with matching names; the creator owns the topic), admin (everything,
 // users included; no pattern). A pattern is an exact topic name (`orders`) or a prefix wildcard
 // (`orders-*`: every name that starts with `orders-`). A topic's owner may change and delete it
-// without further grants.
+// without further grants. A topic records its owner by user id, not name: a user created with a
+// deleted user's name is not the owner of what the deleted one created.
 
 export const ACTIONS = ["produce", "consume", "create", "admin"] as const;
 export type Action = (typeof ACTIONS)[number];
@@ -17,6 +18,8 @@ export interface Grant {
 }
 
 export const USER_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
+/** A user id: 16 random bytes, hex. */
+export const USER_ID_RE = /^[0-9a-f]{32}$/;
 export const PASSWORD_BYTES_MIN = 8;
 export const PASSWORD_BYTES_MAX = 1024;
 /** A pattern: a topic name, or a topic-name prefix followed by `*`. */
@@ -46,6 +49,8 @@ export function parseGrant(action: unknown, pattern: unknown): Grant | string {
 
 export interface Principal {
   name: string;
+  /** The user's id: what topic ownership is keyed on. */
+  id: string;
   grants: readonly Grant[];
 }
 
@@ -61,13 +66,13 @@ export function allows(p: Principal, action: Exclude<Action, "admin">, topic: st
   return false;
 }
 
-/** May see the topic exists (describe, list): any grant that matches it, ownership, or admin. */
-export function canSee(p: Principal, topic: string, owner: string | null): boolean {
-  if (owner !== null && owner === p.name) return true;
+/** May see the topic exists (describe, list): any grant that matches it, ownership, or admin. `ownerId`: the topic's owner's user id. */
+export function canSee(p: Principal, topic: string, ownerId: string | null): boolean {
+  if (ownerId !== null && ownerId === p.id) return true;
   return p.grants.some((g) => g.action === "admin" || (g.pattern !== null && patternMatches(g.pattern, topic)));
 }
 
 /** May change or delete the topic: its owner, or an admin. */
-export function canManage(p: Principal, owner: string | null): boolean {
-  return isAdmin(p) || (owner !== null && owner === p.name);
+export function canManage(p: Principal, ownerId: string | null): boolean {
+  return isAdmin(p) || (ownerId !== null && ownerId === p.id);
 }

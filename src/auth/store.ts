@@ -1,6 +1,8 @@
 // Users and grants of one node, in DATA/security/users.json, written atomically (temp file,
 // fsync, rename, directory fsync) after every change and before the change is answered.
-// Passwords are kept only as scrypt hashes. In a cluster the same data moves into the control
+// Passwords are kept only as scrypt hashes. Each user has an id, given at creation and kept with
+// it (topics record their owner by it); a file written before ids existed gets one per user at
+// the first start that reads it, written back before the node serves. In a cluster the same data moves into the control
 // plane (src/cluster/control-plane.ts); both implement UserStoreApi (./user-store-api.ts), which is what the HTTP layer
 // and the authenticator see.
 
@@ -10,7 +12,7 @@ import { join } from "node:path";
 import { writeFileAtomic } from "../platform/files.js";
 import { NaradError } from "../protocol/errors.js";
 import type { UserStoreApi } from "./user-store-api.js";
-import { PASSWORD_BYTES_MAX, PASSWORD_BYTES_MIN, USER_NAME_RE, type Grant, isAction } from "./model.js";
+import { PASSWORD_BYTES_MAX, PASSWORD_BYTES_MIN, USER_ID_RE, USER_NAME_RE, type Grant, isAction } from "./model.js";
 
 /** scrypt cost: N = 2^14, r = 8, p = 1 (16 MiB, ~50 ms here); recorded per hash so it can change. */
 const SCRYPT = { N: 16384, r: 8, p: 1, keylen: 32 } as const;
@@ -25,6 +27,7 @@ interface PasswordHash {
 }
 
 interface UserRecord {
+  id: string;
   password: PasswordHash;
   created_at: number;
   grants: Grant[];
@@ -37,6 +40,11 @@ interface FileShape {
 
 function scrypt(password: Buffer, salt: Buffer, keylen: number, opts: ScryptOptions): Promise<Buffer> {
   return new Promise((res, rej) => scryptCb(password, salt, keylen, opts, (e, k) => (e ? rej(e) : res(k))));
+}
+
+/** A new user's id: 16 random bytes, hex (USER_ID_RE); never reused, whatever the user's name. */
+export function newUserId(): string {
+  return randomBytes(16).toString("hex");
 }
 
 export async function hashPassword(password: string): Promise<PasswordHash> {
@@ -80,6 +88,12 @@ export class UserStore implements UserStoreApi {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
     }
     if (text !== undefined) s.data = parseFile(text, s.path);
+    // Written before users had ids: give each one now, durably, before anything is served.
+    const legacy = Object.values(s.data.users).filter((u) => u.id === undefined);
+    if (legacy.length > 0) {
+      for (const u of legacy) u.id = newUserId();
+      await writeFileAtomic(s.path, JSON.stringify(s.data, null, 2) + "\n");
+    }
     for (const name of Object.keys(s.data.users)) s.generations.set(name, ++s.generationSeq);
     return s;
   }
@@ -130,7 +144,7 @@ export class UserStore implements UserStoreApi {
     const hash = await hashPassword(checkPassword(password));
     return this.change((next) => {
       if (Object.prototype.hasOwnProperty.call(next.users, name)) throw new NaradError("user_exists", `User ${JSON.stringify(name)} exists already.`);
-      next.users[name] = { password: hash, created_at: nowMs, grants };
+      next.users[name] = { id: newUserId(), password: hash, created_at: nowMs, grants };
       return { name, created_at: nowMs };
     }, name);
   }
@@ -182,17 +196,24 @@ function parseFile(text: string, path: string): FileShape {
   if (typeof f !== "object" || f === null || f.version !== 1 || typeof f.users !== "object" || f.users === null) {
     throw new Error(`${path} is corrupt (missing version or users)`);
   }
+  const ids = new Set<string>();
   for (const [name, u] of Object.entries(f.users)) {
     const ok =
       USER_NAME_RE.test(name) &&
       typeof u === "object" &&
       u !== null &&
+      (u.id === undefined || (typeof u.id === "string" && USER_ID_RE.test(u.id))) &&
       typeof u.password?.salt_b64 === "string" &&
       typeof u.password?.hash_b64 === "string" &&
       Number.isSafeInteger(u.password?.n) &&
       Array.isArray(u.grants) &&
       u.grants.every((g) => isAction(g.action) && (g.pattern === null || typeof g.pattern === "string"));
     if (!ok) throw new Error(`${path} is corrupt (user ${JSON.stringify(name)} is malformed)`);
+    if (u.id !== undefined) {
+      // Two users with one id would own each other's topics.
+      if (ids.has(u.id)) throw new Error(`${path} is corrupt (user ${JSON.stringify(name)} has another user's id)`);
+      ids.add(u.id);
+    }
   }
   return f as FileShape;
 }

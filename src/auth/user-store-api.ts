@@ -6,6 +6,10 @@
 // generation(name) must change whenever the user changes (password, grants, deletion and
 // re-creation), on every node: the Authenticator keys its cache of successful password checks on
 // it. The control plane uses the row's version, taken from a sequence that never repeats.
+//
+// Every user has an id, given once at creation and never reused (USER_ID_RE, ./model.ts): the
+// owner of a topic is recorded by id, so a user created later with a deleted user's name is
+// another user and owns nothing of the first's.
 
 import type { Grant } from "./model.js";
 import type { hashPassword } from "./store.js";
@@ -13,6 +17,8 @@ import type { hashPassword } from "./store.js";
 export type PasswordHash = Awaited<ReturnType<typeof hashPassword>>;
 
 export interface StoredUser {
+  /** Immutable, random, never reused (newUserId, ./store.ts). */
+  id: string;
   password: PasswordHash;
   created_at: number;
   grants: Grant[];

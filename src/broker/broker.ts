@@ -48,7 +48,7 @@ import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
-import { DEFAULTS, type ChildJson, type CreateTopicRequest, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
+import { DEFAULTS, type ChildJson, type CreateTopicRequest, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
 import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
@@ -65,7 +65,7 @@ import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
 export type { ReplicatedParts } from "./partition-opener.js";
 import type { Partition, Taken } from "./partition.js";
 import { groupByPartition } from "./partitioner.js";
-import { Topic, type TopicMeta, type Waiter } from "./topic.js";
+import { Topic, type TopicInfo, type TopicMeta, type TopicOwner, type Waiter } from "./topic.js";
 
 export type { ClusterTopicMeta } from "./cluster-topics.js";
 
@@ -110,6 +110,11 @@ export interface BrokerOptions {
   faults?: BrokerFaults;
   /** Where copies to remote children go (src/remote-children.ts); default: pushes fail. */
   remote?: RemoteSink;
+  /**
+   * A single node: the id of the user of this name now, for a topic.json written before owner
+   * ids (./metadata.ts); default none, and such a topic.json is left as it is.
+   */
+  userIdOf?: (name: string) => string | undefined;
   /** Set in cluster mode. */
   cluster?: BrokerCluster;
   /** The filesystem of every partition's files (default node:fs; tests inject faults). */
@@ -221,9 +226,9 @@ export class Broker {
     this.log = opts.logger.child({ module: "broker" });
     this.scheduler = opts.scheduler ?? systemScheduler;
     this.faults = opts.faults ?? NO_FAULTS;
-    this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq);
+    this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
     this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
-    this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log) : new ControlPlaneRows(opts.dataDir, this.log);
+    this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
     const topic = (name: string) => this.topic(name);
     this.links = new ChildLinks({
       topics: this.topics,
@@ -317,11 +322,11 @@ export class Broker {
 
   // ---- topics (a single node; a cluster's are in the control plane) ----------------------------
 
-  listTopics(): TopicJson[] {
+  listTopics(): TopicInfo[] {
     return [...this.topics.values()].filter((t) => !t.deleted).map((t) => t.toJson()).sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  getTopic(name: string): TopicJson {
+  getTopic(name: string): TopicInfo {
     return this.topic(name).toJson();
   }
 
@@ -346,7 +351,7 @@ export class Broker {
     this.partitionsHeld += n;
   }
 
-  async createTopic(req: CreateTopicRequest, owner: string | null): Promise<TopicJson> {
+  async createTopic(req: CreateTopicRequest, owner: TopicOwner | null): Promise<TopicInfo> {
     this.assertOpen();
     const name = req.name;
     if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
@@ -361,7 +366,8 @@ export class Broker {
       retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
       replication_factor: 1,
       acks: "leader",
-      owner,
+      owner: owner?.name ?? null,
+      owner_id: owner?.id ?? null,
       children: [],
       parent: null,
       created_at: this.opts.clock.nowMs(),
@@ -395,7 +401,7 @@ export class Broker {
     await this.store.discard(dir).catch((e: unknown) => this.log.error({ dir, err: (e as Error).message }, "could not remove what a failed create made; the next start removes it"));
   }
 
-  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
+  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo> {
     this.assertOpen();
     const t = this.topic(name);
     return t.serially(async () => {
@@ -749,7 +755,7 @@ export class Broker {
       if (f === null || f.partition >= t.meta.partitions) return 400;
       const p = t.partitions[f.partition];
       if (p === undefined || !this.owns(t, p)) return 503; // cluster mode: not served here now
-      if (f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) return 410; // an earlier lease holder
+      if (!f.current) return 410; // an earlier lease holder: another node, or an earlier process of this one (./handles.ts)
       const tag = faults.settleTag(p, f.offset, f.tag);
       let r: "ok" | "gone";
       switch (faults.settleAction(action, p, f.offset, tag)) {
@@ -792,7 +798,7 @@ export class Broker {
     const t = this.topic(topicName);
     const fields = this.codec.verify(t.meta.incarnation, handles);
     for (const f of fields) {
-      if (f === null || f.bootSeq !== this.opts.bootSeq || f.nodeNum !== this.opts.nodeNum) continue;
+      if (f === null || !f.current) continue;
       t.partitions[f.partition]?.release(f.offset, f.tag, false);
     }
     this.wake(t);

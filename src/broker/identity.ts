@@ -81,8 +81,8 @@ export async function loadIdentity(dataDir: string, nodeIdWanted: string | undef
   if (next.boot_seq > 0xffffffff) throw new IdentityError(`${path}: boot sequence exhausted`);
   // A full disk must not keep the node from starting: the API that frees space (a topic delete)
   // is reached only through it. The boot sequence is then this boot's in memory only, and the
-  // next boot may count to the same number: a receipt handle of this boot could verify in that
-  // one as its own (a per-boot nonce in the handle key, issue 12 item 7, sets them apart). The
+  // next boot may count to the same number; a receipt handle of this boot still never settles a
+  // lease of that one, since handles carry a tag keyed with the random boot id (./handles.ts). The
   // server logs this at start.
   let bootSeqUnsaved: string | undefined;
   try {

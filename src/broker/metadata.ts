@@ -3,7 +3,10 @@
 //     fsync, rename, directory fsync) as the last step of a create or change, after the
 //     partitions it names exist (docs/architecture.md, "metadata last"); a directory without it
 //     and no record in its partitions is an interrupted create, removed at start (one that holds
-//     records stays offline, as a corrupt one does);
+//     records stays offline, as a corrupt one does). A topic.json written before owner ids names
+//     its owner only: at the first start that reads it, the owner becomes the user of that name
+//     then (none if there is none), written back before the topic is served, so the mapping is
+//     made once (docs/security.md, "Owners");
 //   - a cluster (`ControlPlaneRows`): the control plane's rows, which src/cluster writes and
 //     src/cluster/ownership.ts applies to the broker (./cluster-topics.ts). Nothing is read at
 //     start and the broker never writes metadata itself; partitions live under
@@ -20,7 +23,7 @@ import { NaradError } from "../protocol/errors.js";
 import { TOPIC_NAME_RE } from "../protocol/wire.js";
 import { ACK_LOG_FILE } from "../storage/index.js";
 import { writeFileAtomic } from "../platform/files.js";
-import { parseMeta, type TopicMeta } from "./topic.js";
+import { hasOwnerId, parseMeta, type TopicMeta } from "./topic.js";
 
 export interface MetadataStore {
   /** The topics to serve from the start (a cluster: none; the control plane's rows are applied later). */
@@ -82,6 +85,8 @@ export class TopicFiles implements MetadataStore {
   constructor(
     private readonly dataDir: string,
     private readonly log: Logger,
+    /** The id of the user of a name now (BrokerOptions.userIdOf). */
+    private readonly userIdOf?: (name: string) => string | undefined,
   ) {}
 
   async load(): Promise<TopicMeta[]> {
@@ -95,7 +100,9 @@ export class TopicFiles implements MetadataStore {
         continue;
       }
       try {
-        out.push(parseMeta(JSON.parse(await readFile(join(dir, "topic.json"), "utf8")), name));
+        const j: unknown = JSON.parse(await readFile(join(dir, "topic.json"), "utf8"));
+        const meta = parseMeta(j, name);
+        out.push(hasOwnerId(j) ? meta : await this.adoptOwner(meta));
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === "ENOENT") {
           // A create that crashed before its last step never answered 201, and holds nothing:
@@ -113,6 +120,25 @@ export class TopicFiles implements MetadataStore {
       }
     }
     return out;
+  }
+
+  /**
+   * A topic.json from before owner ids: its owner is the user of its owner name now, written
+   * back at once. Keyed by name, a user created with a deleted owner's name inherited the topic;
+   * the id fixes who the owner is from here on. An owner name with no user now: no owner.
+   */
+  private async adoptOwner(meta: TopicMeta): Promise<TopicMeta> {
+    if (this.userIdOf === undefined) return meta;
+    const id = meta.owner === null ? undefined : this.userIdOf(meta.owner);
+    const next: TopicMeta = { ...meta, owner: id === undefined ? null : meta.owner, owner_id: id ?? null };
+    try {
+      await this.save(next);
+      this.log.info({ topic: meta.name, owner: meta.owner, owned: id !== undefined }, "topic.json from before owner ids: owner recorded by user id");
+    } catch (e) {
+      // Served as mapped; the next start maps it again (e.g. once a full disk has room).
+      this.log.warn({ topic: meta.name, err: (e as Error).message }, "could not record a topic's owner by user id; it is mapped again at the next start");
+    }
+    return next;
   }
 
   dirOf(name: string): string {

@@ -20,6 +20,7 @@ const meta = (incarnation: number): TopicMeta => ({
   replication_factor: 1,
   acks: "leader",
   owner: null,
+  owner_id: null,
   children: [],
   parent: null,
   created_at: 0,

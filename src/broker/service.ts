@@ -6,17 +6,20 @@
 // that kept the handle from being settled (its owner unreachable, no answer from it), which a
 // single ack answers as that error and a batch ack as that error's status.
 
-import type { ChildJson, CreateTopicRequest, TopicJson, UpdateTopicRequest } from "../protocol/wire.js";
+import type { ChildJson, CreateTopicRequest, UpdateTopicRequest } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "./broker.js";
 import type { ChildLink } from "./children.js";
 import type { BrokerMetrics } from "./metrics.js";
+import type { TopicInfo, TopicOwner } from "./topic.js";
+
+export type { TopicInfo, TopicOwner };
 
 /** What a request carries that an owner elsewhere needs to see: the client's credentials. */
 export interface RequestContext {
   authorization: string | undefined;
   /** The authenticated user (null with security off): owns what the request creates. */
-  user?: string | null;
+  user?: TopicOwner | null;
 }
 
 export type SettleOutcome = 204 | 400 | 410 | NaradError;
@@ -37,13 +40,14 @@ export interface Produced {
 
 export interface Service {
   readonly metrics: BrokerMetrics;
-  listTopics(): TopicJson[];
+  /** Topics carry their owner's user id, which the HTTP layer decides on and does not show. */
+  listTopics(): TopicInfo[];
   /** NaradError topic_not_found. */
-  getTopic(name: string): Promise<TopicJson>;
+  getTopic(name: string): Promise<TopicInfo>;
   /** Cheaper than getTopic: only NaradError topic_not_found when there is none. */
   checkTopic(name: string): Promise<void>;
-  createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson>;
-  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson>;
+  createTopic(req: TopicSettings, owner: TopicOwner | null): Promise<TopicInfo>;
+  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo>;
   deleteTopic(name: string): Promise<void>;
   listChildren(parent: string): Promise<ChildJson[]>;
   attachChild(parent: string, link: ChildLink, ctx: RequestContext): Promise<ChildJson>;
@@ -65,11 +69,11 @@ export class LocalService implements Service {
     return this.broker.metrics;
   }
 
-  listTopics(): TopicJson[] {
+  listTopics(): TopicInfo[] {
     return this.broker.listTopics();
   }
 
-  async getTopic(name: string): Promise<TopicJson> {
+  async getTopic(name: string): Promise<TopicInfo> {
     return this.broker.getTopic(name);
   }
 
@@ -77,11 +81,11 @@ export class LocalService implements Service {
     this.broker.assertTopic(name);
   }
 
-  createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {
+  createTopic(req: TopicSettings, owner: TopicOwner | null): Promise<TopicInfo> {
     return this.broker.createTopic(req, owner);
   }
 
-  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
+  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo> {
     return this.broker.updateTopic(name, req);
   }
 

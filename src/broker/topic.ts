@@ -13,9 +13,26 @@ import type { ChildLink, PartitionCopier } from "./children.js";
 import type { Delivery } from "./broker.js";
 import type { Partition } from "./partition.js";
 
+/** Who owns a topic: the user's id, which ownership is decided on, and its name, for showing. */
+export interface TopicOwner {
+  name: string;
+  id: string;
+}
+
+/**
+ * A topic as a node answers it to the HTTP layer: the wire's JSON and its owner's user id, which
+ * authorization compares and the wire does not show (src/http/routes/topics.ts).
+ */
+export type TopicInfo = TopicJson & { owner_id: string | null };
+
 /** A topic's metadata: topic.json on one node, the control plane's row in a cluster. */
 /** A topic as the broker keeps it: its JSON, with the incarnation and the links' copy settings. */
 export interface TopicMeta extends Omit<TopicJson, "children" | "parent"> {
+  /**
+   * The owner's user id (null: no owner); `owner` is that user's name. A topic.json written
+   * before owner ids has none: ./metadata.ts maps its owner name once, at the first start.
+   */
+  owner_id: string | null;
   incarnation: number;
   children: ChildLink[];
   parent: NonNullable<TopicJson["parent"]> | null;
@@ -69,7 +86,7 @@ export class Topic {
     return out;
   }
 
-  toJson(): TopicJson {
+  toJson(): TopicInfo {
     const m = this.meta;
     return {
       name: m.name,
@@ -79,6 +96,7 @@ export class Topic {
       replication_factor: m.replication_factor,
       acks: m.acks,
       owner: m.owner,
+      owner_id: m.owner_id,
       children: m.children.map(
         (c): ChildJson => (c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delay_ms }),
       ),
@@ -88,7 +106,10 @@ export class Topic {
   }
 }
 
-/** Reads a topic.json back; throws on missing or malformed fields. */
+/**
+ * Reads a topic.json back; throws on missing or malformed fields. One written before owner ids
+ * reads with owner_id null and its owner name kept (./metadata.ts maps it, see hasOwnerId).
+ */
 export function parseMeta(j: unknown, name: string): TopicMeta {
   const m = j as Partial<TopicMeta>;
   const ok =
@@ -113,8 +134,14 @@ export function parseMeta(j: unknown, name: string): TopicMeta {
     replication_factor: 1,
     acks: "leader",
     owner: typeof m.owner === "string" ? m.owner : null,
+    owner_id: typeof m.owner_id === "string" ? m.owner_id : null,
     children: m.children!,
     parent: m.parent && typeof m.parent === "object" && typeof m.parent.topic === "string" ? m.parent : null,
     created_at: Number.isSafeInteger(m.created_at) ? m.created_at! : 0,
   };
+}
+
+/** Whether a topic.json records its owner by id (false: written before owner ids existed). */
+export function hasOwnerId(j: unknown): boolean {
+  return typeof j === "object" && j !== null && "owner_id" in j;
 }

@@ -286,6 +286,7 @@ export function toMeta(t: ClusterTopic): ClusterTopicMeta {
     replication_factor: t.replication_factor,
     acks: t.acks,
     owner: t.owner,
+    owner_id: t.owner_id,
     children: t.children as ChildLink[],
     parent: null,
     created_at: t.created_at,

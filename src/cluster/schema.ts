@@ -106,6 +106,30 @@ ALTER TABLE narad.partitions
   ADD CONSTRAINT partitions_in_sync_replicas CHECK (in_sync <@ replicas);
 `,
   },
+  {
+    version: 3,
+    name: "user ids; topics owned by user id",
+    sql: `
+-- Ownership was keyed by user name, so a user created with a deleted user's name owned (and
+-- could delete) that user's topics. Every user gets an id that is never reused, and a topic
+-- records its owner's id; owner stays as the owner's name, for showing. gen_random_uuid() is
+-- PostgreSQL 13's; the nodes give their own ids (16 random bytes, hex), the default serves a
+-- row inserted otherwise.
+ALTER TABLE narad.users ADD COLUMN id text;
+UPDATE narad.users SET id = replace(gen_random_uuid()::text, '-', '');
+ALTER TABLE narad.users
+  ALTER COLUMN id SET NOT NULL,
+  ALTER COLUMN id SET DEFAULT replace(gen_random_uuid()::text, '-', ''),
+  ADD CONSTRAINT users_id_unique UNIQUE (id);
+
+ALTER TABLE narad.topics ADD COLUMN owner_id text;
+-- Existing topics: the user of the owner's name now, at the upgrade, once. A topic whose owner
+-- name has no user now has no owner (admins manage it), so a user given that name later does
+-- not inherit it.
+UPDATE narad.topics t SET owner_id = u.id FROM narad.users u WHERE u.name = t.owner;
+UPDATE narad.topics SET owner = NULL WHERE owner_id IS NULL;
+`,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -44,7 +44,7 @@ import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
 import { groupByPartition } from "../broker/partitioner.js";
-import type { Produced, RequestContext, Service, SettleOutcome, TopicSettings } from "../broker/service.js";
+import type { Produced, RequestContext, Service, SettleOutcome, TopicInfo, TopicOwner, TopicSettings } from "../broker/service.js";
 import type { Clock } from "../platform/clock.js";
 import type { StoredRecord } from "../storage/types.js";
 import type { ClusterTopic, ControlPlane, PartitionPlacement } from "./control-plane.js";
@@ -132,7 +132,7 @@ export class ClusterService implements Service {
 
   constructor(private readonly o: ClusterServiceOptions) {
     this.log = o.logger.child({ module: "cluster" });
-    this.codec = new HandleCodec(o.cp.clusterSecret, o.cp.nodeNumber, o.bootSeq);
+    this.codec = new HandleCodec(o.cp.clusterSecret, o.cp.nodeNumber, o.bootSeq, o.bootId);
     this.me = o.nodeId;
     const overflow = () => new NaradError("overloaded", "Too many requests wait to be forwarded to one owner; retry after the Retry-After seconds.", { retryAfterS: 1 });
     this.produces = new Coalescer(
@@ -196,7 +196,7 @@ export class ClusterService implements Service {
     return p;
   }
 
-  topicJson(t: ClusterTopic): TopicJson & { placement: PlacementJson[] } {
+  topicJson(t: ClusterTopic): TopicInfo & { placement: PlacementJson[] } {
     let parent: TopicJson["parent"] = null;
     for (const x of this.o.cp.topics()) {
       const c = (x.children as ChildLink[]).find((l) => l.topic === t.name && l.kind !== "remote");
@@ -210,6 +210,7 @@ export class ClusterService implements Service {
       replication_factor: t.replication_factor,
       acks: t.acks,
       owner: t.owner,
+      owner_id: t.owner_id,
       children: publicChildren(t.children as ChildLink[]),
       parent,
       created_at: t.created_at,
@@ -217,11 +218,11 @@ export class ClusterService implements Service {
     };
   }
 
-  listTopics(): TopicJson[] {
+  listTopics(): TopicInfo[] {
     return this.o.cp.topics().map((t) => this.topicJson(t));
   }
 
-  async getTopic(name: string): Promise<TopicJson> {
+  async getTopic(name: string): Promise<TopicInfo> {
     return this.topicJson(await this.topic(name));
   }
 
@@ -229,7 +230,7 @@ export class ClusterService implements Service {
     await this.topic(name);
   }
 
-  async createTopic(req: TopicSettings, owner: string | null): Promise<TopicJson> {
+  async createTopic(req: TopicSettings, owner: TopicOwner | null): Promise<TopicInfo> {
     await cpCall(() =>
       this.o.cp.createTopic({
         name: req.name,
@@ -238,14 +239,15 @@ export class ClusterService implements Service {
         retention_ms: req.retention_ms ?? this.o.defaultRetentionMs,
         replication_factor: req.replication_factor ?? 1,
         acks: req.acks ?? defaultAcks(req.replication_factor ?? 1),
-        owner,
+        owner: owner?.name ?? null,
+        owner_id: owner?.id ?? null,
       }),
     );
     await this.barrier([`topic:${req.name}`]);
     return this.getTopic(req.name);
   }
 
-  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicJson> {
+  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo> {
     await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms, acks: req.acks }));
     const targets = [`topic:${name}`];
     // A replica grows with its parent, its new partitions kept off the parent's nodes.
@@ -356,7 +358,7 @@ export class ClusterService implements Service {
         partitions: parent.partitions,
         visibility_timeout_ms: parent.visibility_timeout_ms,
         retention_ms: parent.retention_ms,
-        owner: ctx.user ?? parent.owner,
+        ...(ctx.user ? { owner: ctx.user.name, owner_id: ctx.user.id } : { owner: parent.owner, owner_id: parent.owner_id }),
         nodes,
       }),
     );

@@ -15,7 +15,7 @@ import { topicParam, type Params } from "./params.js";
 /**
  * What a route needs. `none`: no credentials (probes). `user`: any valid user. `admin`.
  * `produce` / `consume`: a matching grant on the path's topic. `see`: any matching grant, owner
- * or admin. `manage`: the topic's owner or an admin. `self-or-admin`: the path's user or an admin.
+ * or admin. `manage`: the topic's owner (by user id) or an admin. `self-or-admin`: the path's user or an admin.
  */
 export type Perm = "none" | "user" | "admin" | "produce" | "consume" | "see" | "manage" | "self-or-admin";
 
@@ -41,15 +41,15 @@ export async function authorize(svc: Service, perm: Perm, p: Params, principal: 
     case "see":
     case "manage": {
       const topic = topicParam(p);
-      let owner: string | null = null;
+      let ownerId: string | null = null;
       let exists = true;
       try {
-        owner = (await svc.getTopic(topic)).owner;
+        ownerId = (await svc.getTopic(topic)).owner_id;
       } catch (e) {
         if (!(e instanceof NaradError) || e.code !== "topic_not_found") throw e;
         exists = false;
       }
-      const ok = perm === "see" ? canSee(principal, topic, owner) : canManage(principal, owner);
+      const ok = perm === "see" ? canSee(principal, topic, ownerId) : canManage(principal, ownerId);
       if (!ok) throw forbidden(perm === "see" ? `see topic ${topic}` : `change or delete topic ${topic} (its owner or an admin may)`);
       if (!exists) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist; create it first.`);
       return;

@@ -51,7 +51,7 @@ export function publicRoutes(router: Router, svc: Service, authenticator: Authen
       if (authenticator === undefined || perm === "none") return h(req, res, params as Params, query, { principal: null, req: rc });
       return authenticator.authenticate(req.headers.authorization, req.socket.remoteAddress).then(async (principal) => {
         await authorize(svc, perm, params as Params, principal);
-        return h(req, res, params as Params, query, { principal, req: { ...rc, user: principal.name } });
+        return h(req, res, params as Params, query, { principal, req: { ...rc, user: { name: principal.name, id: principal.id } } });
       });
     });
   };

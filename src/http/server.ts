@@ -123,7 +123,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
 
   const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId };
   opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()), opts.notReady ?? (() => null));
-  topicRoutes(deps);
+  topicRoutes(deps, opts.users);
   messageRoutes(deps);
   userRoutes(deps, opts.users, opts.nowMs);
   nodeRoutes(deps, cluster);

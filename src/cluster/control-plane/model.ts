@@ -27,6 +27,8 @@ export interface ClusterNode {
 /** The broker's TopicMeta, as the cluster keeps it. */
 /** A topic row: the topic's JSON (less its parent, derived from links), incarnation and version. */
 export interface ClusterTopic extends Omit<TopicJson, "parent"> {
+  /** The owner's user id (TopicMeta.owner_id); `owner` is its name as at creation. */
+  owner_id: string | null;
   incarnation: number;
   version: number;
 }
@@ -53,6 +55,8 @@ export interface PartitionPlacement {
 export interface NewTopic extends TopicSettingsJson, Partial<ReplicationJson> {
   name: string;
   owner: string | null;
+  /** The owner's user id; null exactly when owner is. */
+  owner_id: string | null;
   /** Random in [1, 2^32) when absent. */
   incarnation?: number;
   /** ms since the epoch; the clock's now when absent. */

@@ -30,6 +30,7 @@ export interface TopicRow {
   replication_factor: number;
   acks: AcksMode;
   owner: string | null;
+  owner_id: string | null;
   children: ChildJson[];
   created_at: string;
   version: string;
@@ -49,6 +50,7 @@ export interface PartitionRow {
 
 export interface UserRow {
   name: string;
+  id: string;
   password: PasswordHash;
   grants: Grant[];
   created_at: string;
@@ -57,9 +59,9 @@ export interface UserRow {
 
 export const NODE_COLUMNS = `id, node_number, advertise_url, boot_id, state, lease_expires_at > now() AS live,
   (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms, version`;
-export const TOPIC_COLUMNS = "name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, children, created_at, version";
+export const TOPIC_COLUMNS = "name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, owner_id, children, created_at, version";
 export const PARTITION_COLUMNS = "topic, partition, node_id, epoch, state, move_to, replicas, in_sync, version";
-export const USER_COLUMNS = "name, password, grants, created_at, version";
+export const USER_COLUMNS = "name, id, password, grants, created_at, version";
 
 export function toNode(r: NodeRow): ClusterNode {
   return {
@@ -84,6 +86,7 @@ export function toTopic(r: TopicRow): ClusterTopic {
     replication_factor: r.replication_factor,
     acks: r.acks,
     owner: r.owner,
+    owner_id: r.owner_id,
     children: r.children,
     created_at: Number(r.created_at),
     version: Number(r.version),
@@ -105,5 +108,5 @@ export function toPlacement(r: PartitionRow): PartitionPlacement {
 }
 
 export function toUser(r: UserRow): UserEntry {
-  return { password: r.password, grants: r.grants, created_at: Number(r.created_at), version: Number(r.version) };
+  return { id: r.id, password: r.password, grants: r.grants, created_at: Number(r.created_at), version: Number(r.version) };
 }

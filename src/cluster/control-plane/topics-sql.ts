@@ -34,9 +34,9 @@ export async function createTopic(write: Write, t: NewTopic, nowMs: number): Pro
     const sets = t.nodes?.map((n) => [n]) ?? (await placeNew(c, t.partitions, factor));
     try {
       await c.query(
-        `INSERT INTO narad.topics (name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, children, created_at, version)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, nextval('narad.change_seq'))`,
-        [t.name, incarnation, t.partitions, t.visibility_timeout_ms, t.retention_ms, factor, t.acks ?? defaultAcks(factor), t.owner, JSON.stringify(t.children ?? []), createdAt],
+        `INSERT INTO narad.topics (name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, owner_id, children, created_at, version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, nextval('narad.change_seq'))`,
+        [t.name, incarnation, t.partitions, t.visibility_timeout_ms, t.retention_ms, factor, t.acks ?? defaultAcks(factor), t.owner, t.owner_id, JSON.stringify(t.children ?? []), createdAt],
       );
     } catch (e) {
       if (isUniqueViolation(e)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(t.name)} exists already.`);

@@ -4,11 +4,12 @@
 // changes read the row FOR UPDATE, so two nodes adding grants at once both land; adding a grant
 // that exists changes nothing in the list but still moves the generation. Every write NOTIFYs
 // `user:NAME` and bumps the row's version, which is the generation the Authenticator's cache of
-// password checks is keyed on.
+// password checks is keyed on. A user's id (what topics record their owner by) is given here, at
+// the insert, and never changes.
 
 import type pg from "pg";
 import { USER_NAME_RE, type Grant } from "../../auth/model.js";
-import { checkPassword, hashPassword } from "../../auth/store.js";
+import { checkPassword, hashPassword, newUserId } from "../../auth/store.js";
 import type { UserSummary } from "../../auth/user-store-api.js";
 import { NaradError } from "../../protocol/errors.js";
 import { isUniqueViolation } from "../errors.js";
@@ -20,8 +21,9 @@ export async function addUser(write: Write, name: unknown, password: unknown, no
   const hash = await hashPassword(checkPassword(password));
   await write([`user:${name}`], async (c) => {
     try {
-      await c.query(`INSERT INTO narad.users (name, password, grants, created_at, version) VALUES ($1, $2::jsonb, $3::jsonb, $4, nextval('narad.change_seq'))`, [
+      await c.query(`INSERT INTO narad.users (name, id, password, grants, created_at, version) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5, nextval('narad.change_seq'))`, [
         name,
+        newUserId(),
         JSON.stringify(hash),
         JSON.stringify(grants),
         nowMs,

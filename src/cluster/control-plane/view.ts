@@ -70,7 +70,7 @@ export class CachedView {
 
   user(name: string): StoredUser | undefined {
     const u = this.userMap.get(name);
-    return u === undefined ? undefined : { password: u.password, created_at: u.created_at, grants: u.grants };
+    return u === undefined ? undefined : { id: u.id, password: u.password, created_at: u.created_at, grants: u.grants };
   }
 
   users(): UserSummary[] {

@@ -14,7 +14,7 @@ import type { RouteDeps } from "../router.js";
 
 export function nodeRoutes({ on, svc, nodeId, bootId }: RouteDeps, cluster: HttpCluster | undefined): void {
   on("GET", "/v1/nodes", "user", (_req, res, _p, _q, ctx) => {
-    const visible = (topic: string) => ctx.principal === null || canSee(ctx.principal, topic, svc.listTopics().find((t) => t.name === topic)?.owner ?? null);
+    const visible = (topic: string) => ctx.principal === null || canSee(ctx.principal, topic, svc.listTopics().find((t) => t.name === topic)?.owner_id ?? null);
     if (cluster === undefined) {
       const partitions = svc.listTopics().filter((t) => visible(t.name)).flatMap((t) => Array.from({ length: t.partitions }, (_, i) => ({ topic: t.name, partition: i, epoch: 0 })));
       return sendJson(res, 200, { nodes: [{ id: nodeId, node_number: 0, advertise_url: null, boot: bootId, state: "live", partitions }] });

@@ -34,7 +34,7 @@ const TOPIC_LABEL = /\b(?:topic|parent|child)="((?:[^"\\]|\\.)*)"/g;
 
 /** The Prometheus text without the series that name a topic `p` may not see. */
 function visibleSeries(text: string, svc: Service, p: Principal): string {
-  const owners = new Map(svc.listTopics().map((t) => [t.name, t.owner ?? null]));
+  const owners = new Map(svc.listTopics().map((t) => [t.name, t.owner_id]));
   const lines = text.split("\n");
   const kept: string[] = [];
   for (const line of lines) {

@@ -2,17 +2,30 @@
 // detach a child topic (fanout, delay, replica, or remote in another cluster). Who may: any user
 // with a create grant creates (checked here, as the name is in the body) and owns what they
 // create; its owner or an admin changes, deletes and attaches (src/http/authz.ts).
+//
+// A topic records its owner by user id; the wire shows the owner's name, and `null` once that
+// user is deleted (docs/security.md): a user created later with the same name is another user,
+// who neither owns the topic nor is shown as its owner.
 
 import { allows, canSee } from "../../auth/model.js";
+import type { UserStoreApi } from "../../auth/user-store-api.js";
+import type { TopicInfo } from "../../broker/service.js";
 import { NaradError } from "../../protocol/errors.js";
-import { LIMITS, TOPIC_NAME_RE } from "../../protocol/wire.js";
+import { LIMITS, TOPIC_NAME_RE, type TopicJson } from "../../protocol/wire.js";
 import { authorize } from "../authz.js";
 import { readJson } from "../body.js";
 import { asObject, onlyFields, optAcks, optInt, shown, topicParam } from "../params.js";
 import { sendEmpty, sendJson } from "../respond.js";
 import type { RouteDeps } from "../router.js";
 
-export function topicRoutes({ on, svc }: RouteDeps): void {
+/** A topic as the wire shows it: the owner's name while that user exists, else null; no id. */
+export function topicAnswer(t: TopicInfo, users: UserStoreApi): TopicJson {
+  const { owner_id: ownerId, ...json } = t;
+  const owned = json.owner !== null && ownerId !== null && users.get(json.owner)?.id === ownerId;
+  return { ...json, owner: owned ? json.owner : null };
+}
+
+export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
   on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const name = body.name;
@@ -37,14 +50,19 @@ export function topicRoutes({ on, svc }: RouteDeps): void {
         replication_factor: replicationFactor,
         acks,
       },
-      ctx.principal?.name ?? null,
+      ctx.principal === null ? null : { name: ctx.principal.name, id: ctx.principal.id },
     );
-    sendJson(res, 201, topic);
+    sendJson(res, 201, topicAnswer(topic, users));
   });
   on("GET", "/v1/topics", "user", (_req, res, _p, _q, ctx) =>
-    sendJson(res, 200, { topics: svc.listTopics().filter((t) => ctx.principal === null || canSee(ctx.principal, t.name, t.owner)) }),
+    sendJson(res, 200, {
+      topics: svc
+        .listTopics()
+        .filter((t) => ctx.principal === null || canSee(ctx.principal, t.name, t.owner_id))
+        .map((t) => topicAnswer(t, users)),
+    }),
   );
-  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, await svc.getTopic(topicParam(p))));
+  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, topicAnswer(await svc.getTopic(topicParam(p)), users)));
   on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
@@ -55,7 +73,7 @@ export function topicRoutes({ on, svc }: RouteDeps): void {
       visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
       retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
     });
-    sendJson(res, 200, topic);
+    sendJson(res, 200, topicAnswer(topic, users));
   });
   on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
     await svc.deleteTopic(topicParam(p));
