@@ -15,6 +15,13 @@
 //   - an ack forgotten: kill within ack_flush_ms after the ack, power-loss within
 //     ack_sync_ms + ack_flush_ms, a move after the ack began (each window plus the slack).
 //     A terminate flushes and syncs everything, so it forgets nothing.
+//   - on a replicated topic (replication_factor above 1 in the config), a failover: a kill,
+//     power loss, pause or cut of the lease's owner, when the redelivery was made by another
+//     owner (pair.ts, `reachesRedelivery`). It ends the old owner's leases, and it explains a
+//     forgotten ack within the replication window (ack_flush_ms + replication_lag_ms): acks ship
+//     to the followers on the ack log's schedule, so the new leader may lack the last of them. A
+//     pause or a cut lasts until its resume or heal: the old owner may take acks and hand out
+//     leases until then that never reach the new leader.
 
 import { O_FAIL, O_OK, type RunData } from "./collect.js";
 import type { FaultTime } from "./pair.js";
@@ -23,6 +30,8 @@ import { FAULT_KINDS_NEEDING_EVIDENCE, type FaultKind } from "../history/types.j
 const NEEDS_EVIDENCE: ReadonlySet<FaultKind> = new Set(FAULT_KINDS_NEEDING_EVIDENCE);
 const ENDS_LEASES: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "terminate", "move"]);
 const FORGETS_ACKS: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "move"]);
+/** Faults of a replicated partition's leader that may hand the partition to another owner. */
+const FAILS_OVER: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "pause", "cut"]);
 
 export interface FaultInfo {
   /** Index into RunData.faults. */
@@ -142,6 +151,9 @@ export function analyseFaults(run: RunData): FaultInfo[] {
 export class FaultIndex {
   private readonly enders: FaultInfo[];
   private readonly forgetters: FaultInfo[];
+  /** Failover entries (pair.ts FaultTime.failover), for deliveries on replicated topics. */
+  private readonly failovers: { info: FaultInfo; time: FaultTime }[];
+  private readonly replicated: Uint8Array;
   private readonly run: RunData;
   private readonly cacheEnders = new Map<string, FaultTime[]>();
   private readonly cacheForgetters = new Map<string, FaultTime[]>();
@@ -150,23 +162,32 @@ export class FaultIndex {
     this.run = run;
     this.enders = faults.filter((f) => f.mayHaveHappened && usable(f) && ENDS_LEASES.has(f.kind));
     this.forgetters = faults.filter((f) => f.mayHaveHappened && usable(f) && FORGETS_ACKS.has(f.kind));
+    this.replicated = new Uint8Array(run.topics.size);
+    for (const [name, t] of Object.entries(run.config.topics)) if ((t.replication_factor ?? 1) > 1) this.replicated[run.topics.find(name)] = 1;
+    // A pause or cut acts until it ends (resume, heal): its failover entry's compNs is that end.
+    this.failovers = this.replicated.includes(1)
+      ? faults
+          .filter((f) => f.mayHaveHappened && usable(f) && FAILS_OVER.has(f.kind))
+          .map((f) => ({ info: f, time: { ...f.time, compNs: f.kind === "pause" || f.kind === "cut" ? f.endNs : f.time.compNs, failover: true } }))
+      : [];
   }
 
   get empty(): boolean {
-    return this.enders.length === 0 && this.forgetters.length === 0;
+    return this.enders.length === 0 && this.forgetters.length === 0 && this.failovers.length === 0;
   }
 
   leaseEnders(deliveryOp: number): readonly FaultTime[] {
-    return this.lookup(this.enders, this.cacheEnders, deliveryOp);
+    return this.lookup(this.enders, this.cacheEnders, deliveryOp, true);
   }
 
   ackForgetters(deliveryOp: number): readonly FaultTime[] {
-    return this.lookup(this.forgetters, this.cacheForgetters, deliveryOp);
+    return this.lookup(this.forgetters, this.cacheForgetters, deliveryOp, false);
   }
 
-  private lookup(list: FaultInfo[], cache: Map<string, FaultTime[]>, deliveryOp: number): readonly FaultTime[] {
-    if (list.length === 0) return NONE;
+  private lookup(list: FaultInfo[], cache: Map<string, FaultTime[]>, deliveryOp: number, ending: boolean): readonly FaultTime[] {
     const ops = this.run.ops;
+    const failovers = this.replicated[ops.topic[deliveryOp]!] === 1 ? this.failovers : [];
+    if (list.length === 0 && failovers.length === 0) return NONE;
     const node = ops.node[deliveryOp]!;
     const topic = ops.topic[deliveryOp]!;
     const partition = ops.partition[deliveryOp]!;
@@ -181,6 +202,13 @@ export class FaultIndex {
         if (fr.partition >= 0 && fr.partition !== partition) continue;
       } else if (f.node >= 0 && f.node !== node) continue;
       hit.push(f.time);
+    }
+    for (const { info, time } of failovers) {
+      // A kill or power loss already ends every lease of its node; its failover entry adds the
+      // replication window for a forgotten ack.
+      if (ending && (info.kind === "kill" || info.kind === "power-loss")) continue;
+      if (info.node >= 0 && info.node !== node) continue;
+      hit.push(time);
     }
     cache.set(key, hit);
     return hit;

@@ -8,6 +8,11 @@
 //                                        on the lease's owner could have ended it
 //   acked --deliver--> leased(h')        only if a fault could have made the broker forget the ack
 //
+// On a replicated topic a failover is such a fault too (SPEC "Checker verdicts"): the old owner
+// killed, cut off or frozen, and the delivery made by ANOTHER owner (the new leader). It ends the
+// old owner's leases and explains a forgotten ack within the replication window (ack_flush_ms,
+// the shipping interval, plus the replication lag the config allows): see `forgetsAck`.
+//
 // Each operation takes effect at one point inside [invoke, completion]; an ambiguous one (info, or
 // never completed) may take effect at any point after its invoke or not at all, except a 410,
 // whose answer proves any effect came before it. The search is a depth-first walk over "which
@@ -64,8 +69,17 @@ export interface FaultTime {
   fault: number;
   kind: FaultKind;
   invNs: number;
-  /** Infinity when the fault's outcome is unknown. */
+  /**
+   * Infinity when the fault's outcome is unknown. For a failover entry of a pause or a cut, the
+   * end of its effect (the resume or heal): the frozen or cut-off owner may take acks and hand
+   * out leases until then, none of which reach the new leader.
+   */
   compNs: number;
+  /**
+   * A failover of a replicated partition: applies only to a delivery made by another owner than
+   * the one that held the lease (and took the ack), with the replication window.
+   */
+  failover?: boolean;
 }
 
 export interface PairEnv {
@@ -73,6 +87,10 @@ export interface PairEnv {
   visibilityTimeoutNs: number;
   ackFlushNs: number;
   ackSyncNs: number;
+  /** A replicated topic's window for a failover to forget an ack: ack_flush_ms + replication_lag_ms. */
+  replicationWindowNs: number;
+  /** The owner node of a delivery (OpTable row), for the failover rule's "another owner". */
+  nodeOf(deliveryOp: number): number;
   stepsMax: number;
   /** Faults that may end a lease taken by this delivery (OpTable row). */
   leaseEnders(deliveryOp: number): readonly FaultTime[];
@@ -82,10 +100,21 @@ export interface PairEnv {
 
 export type SearchStatus = "legal" | "illegal" | "cap";
 
+/**
+ * Whether fault `f` may act on a redelivery `redelivery` of the lease taken by `leased` (both
+ * OpTable rows): any fault of the lease's owner may, a failover only when another owner made
+ * the redelivery.
+ */
+export function reachesRedelivery(f: FaultTime, leased: number, redelivery: number, env: PairEnv): boolean {
+  return f.failover !== true || env.nodeOf(leased) !== env.nodeOf(redelivery);
+}
+
 /** Whether a fault striking at some point of its interval can have made the owner forget `ack`. */
 export function forgetsAck(f: FaultTime, ack: PairOp, env: PairEnv): boolean {
   // The fault must come after the ack began...
   if (f.compNs + env.slackNs < ack.invNs) return false;
+  // ...a failover no later than the replication window after it (the acks had not shipped)...
+  if (f.failover === true) return f.invNs <= ack.compNs + env.replicationWindowNs + env.slackNs;
   // ...and, for a crash, before the ack reached the OS (kill) or the disk (power loss).
   if (f.kind === "kill") return f.invNs <= ack.compNs + env.ackFlushNs + env.slackNs;
   if (f.kind === "power-loss") return f.invNs <= ack.compNs + env.ackSyncNs + env.ackFlushNs + env.slackNs;
@@ -224,7 +253,7 @@ export class PairSearch {
             const enders = env.leaseEnders(ops[h]!.op);
             for (let k = 0; k < enders.length; k++) {
               const f = enders[k]!;
-              if (f.compNs + slack >= leaseStart && f.invNs < bound) {
+              if (f.compNs + slack >= leaseStart && f.invNs < bound && reachesRedelivery(f, ops[h]!.op, o.op, env)) {
                 bound = f.invNs;
                 cause = C_FAULT;
                 fault = f.fault;
@@ -237,7 +266,7 @@ export class PairSearch {
             const forgetters = env.ackForgetters(ops[h]!.op);
             for (let k = 0; k < forgetters.length; k++) {
               const f = forgetters[k]!;
-              if (f.invNs < bound && forgetsAck(f, ack, env)) {
+              if (f.invNs < bound && forgetsAck(f, ack, env) && reachesRedelivery(f, ops[h]!.op, o.op, env)) {
                 bound = f.invNs;
                 fault = f.fault;
               }
@@ -307,7 +336,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
       if (del.invNs <= ack.compNs) continue;
       let explained = false;
       for (const f of env.ackForgetters(ops[ack.handle]!.op)) {
-        if (f.invNs <= del.compNs && forgetsAck(f, ack, env)) {
+        if (f.invNs <= del.compNs && forgetsAck(f, ack, env) && reachesRedelivery(f, ops[ack.handle]!.op, del.op, env)) {
           explained = true;
           break;
         }
@@ -318,7 +347,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
           local: [ack.handle, a, d],
           explanation:
             `delivered again ${ms(del.invNs - ack.compNs)} after an ack of an earlier delivery answered 204; ` +
-            `no kill within ack_flush_ms, power loss within ack_sync_ms + ack_flush_ms or partition move explains it`,
+            `no kill within ack_flush_ms, power loss within ack_sync_ms + ack_flush_ms, partition move or failover within the replication window explains it`,
         };
       }
     }
@@ -338,7 +367,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
     }
     if (d2.compNs + slack >= start + env.visibilityTimeoutNs) return true;
     for (const f of env.leaseEnders(d1.op)) {
-      if (f.compNs + slack >= d1.invNs && f.invNs <= d2.compNs) return true;
+      if (f.compNs + slack >= d1.invNs && f.invNs <= d2.compNs && reachesRedelivery(f, d1.op, d2.op, env)) return true;
     }
     return false;
   };
@@ -391,8 +420,8 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
       if (d === ack.handle || del.invNs > ack.compNs || del.compNs < ack.invNs) continue;
       const first = ops[ack.handle]!;
       if (del.compNs + slack >= first.invNs + env.visibilityTimeoutNs) continue; // a lapse was possible
-      if (env.leaseEnders(first.op).some((f) => f.invNs <= del.compNs && f.compNs + slack >= first.invNs)) continue;
-      if (env.ackForgetters(first.op).some((f) => f.invNs <= del.compNs && forgetsAck(f, ack, env))) continue;
+      if (env.leaseEnders(first.op).some((f) => f.invNs <= del.compNs && f.compNs + slack >= first.invNs && reachesRedelivery(f, first.op, del.op, env))) continue;
+      if (env.ackForgetters(first.op).some((f) => f.invNs <= del.compNs && forgetsAck(f, ack, env) && reachesRedelivery(f, first.op, del.op, env))) continue;
       return {
         name: "no-legal-order",
         local: all,

@@ -1,0 +1,119 @@
+// The failover rule on hand-written histories (SPEC "Checker verdicts"): on a replicated topic a
+// failover — the partition's leader killed, powered off, frozen or cut off, and the next delivery
+// made by another owner — ends the old owner's leases and explains a forgotten ack within the
+// replication window (ack_flush_ms + replication_lag_ms). Nothing explains a lost 202. Times in ms.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { checkEvents } from "./check.js";
+import { HistoryBuilder } from "./history-builder.js";
+import type { ConfigValue } from "../history/types.js";
+
+/** ack_flush_ms 100 and a replication lag of 400: the window is 500 ms (plus the 50 ms slack). */
+function replicated(rf = 3, extra: Partial<ConfigValue> = {}): Partial<ConfigValue> {
+  return { topics: { t: { partitions: 1, replication_factor: rf, acks: "quorum" } }, replication_lag_ms: 400, ...extra };
+}
+
+/** m1 produced, delivered by n1 and acked (204) at 30..31; then `fault`; then delivered again by `by`. */
+function ackedThenRedelivered(config: Partial<ConfigValue>, fault: (b: HistoryBuilder) => number, by: string, againMs: number) {
+  const b = new HistoryBuilder(config);
+  b.produce("p1", "t", "m1", 0, 10);
+  const d = b.consume("c1", "t", "m1", "d1", 20, 21, { node: "n1", boot: "b1" });
+  const ack = b.ack("c1", "t", "m1", "d1", 30, 31);
+  const f = fault(b);
+  const again = b.consume("c2", "t", "m1", "d2", againMs, againMs + 1, { node: by, boot: by === "n1" ? "b1-2" : `b-${by}` });
+  b.ack("c2", "t", "m1", "d2", againMs + 10, againMs + 11);
+  b.empty("c2", "t", againMs + 100, againMs + 101);
+  const h = b.build();
+  return { r: checkEvents(h.events), h, d, ack, f, again };
+}
+
+const killAt = (ms: number) => (b: HistoryBuilder) => {
+  const k = b.fault("kill", ms, ms + 2, { node: "n1" }, "ok", { signal: "SIGKILL" });
+  b.fault("start", ms + 1500, ms + 1600, { node: "n1" }, "ok", { boot: "b1-2" });
+  return k;
+};
+
+test("failover: a kill of the leader past ack_flush_ms but within the replication window explains a redelivery by the new leader", () => {
+  const { r, h, ack, f, again } = ackedThenRedelivered(replicated(), killAt(400), "n2", 1000);
+  assert.equal(r.verdict, "valid", r.reason);
+  assert.deepEqual(r.redeliveries.explainedDuplicates, [{ msg: "m1", path: "t", deliveryOp: h.index(again), ackOp: h.index(ack), faultOp: h.index(f) }]);
+});
+
+test("failover: the same kill explains nothing on a topic of one copy, nor when the old owner delivers again", () => {
+  const single = ackedThenRedelivered({}, killAt(400), "n2", 1000);
+  assert.equal(single.r.verdict, "invalid");
+  assert.deepEqual(single.r.anomalies.map((a) => a.name), ["duplicate-after-ack"]);
+  // The old leader back and delivering again: a restart, not a failover; past ack_flush_ms.
+  const same = ackedThenRedelivered(replicated(), killAt(400), "n1", 2500);
+  assert.equal(same.r.verdict, "invalid");
+  assert.deepEqual(same.r.anomalies.map((a) => a.name), ["duplicate-after-ack"]);
+  assert.deepEqual(same.r.anomalies[0]!.ops, [same.h.index(same.d), same.h.index(same.ack), same.h.index(same.again)]);
+});
+
+test("failover: past the replication window nothing explains it (acks that never reached the followers)", () => {
+  const { r, h, d, ack, again } = ackedThenRedelivered(replicated(), killAt(700), "n2", 1500);
+  assert.equal(r.verdict, "invalid");
+  assert.deepEqual(r.anomalies.map((a) => [a.name, a.ops]), [["duplicate-after-ack", [h.index(d), h.index(ack), h.index(again)]]]);
+  assert.match(r.anomalies[0]!.explanation, /failover within the replication window/);
+  // Without replication_lag_ms the window is one shipping interval, ack_flush_ms: 400 ms is past it.
+  const narrow = ackedThenRedelivered(replicated(3, { replication_lag_ms: undefined }), killAt(400), "n2", 1000);
+  assert.equal(narrow.r.verdict, "invalid");
+});
+
+test("failover: a leader cut off from its followers and the control plane answers acks until the heal; the new leader may redeliver them", () => {
+  const cut = (b: HistoryBuilder) => {
+    const c = b.fault("cut", 5, 6, { node: "n1", lines: ["peers", "control-plane"] }, "ok", { proxy: {} });
+    b.fault("heal", 3000, 3001, { node: "n1" }, "ok", { proxy: {} });
+    return c;
+  };
+  // The ack (30..31) came after the cut began (5): the cut-off leader could not ship it.
+  const { r } = ackedThenRedelivered(replicated(), cut, "n2", 2000);
+  assert.equal(r.verdict, "valid", r.reason);
+  assert.equal(r.redeliveries.explainedDuplicatesTotal, 1);
+  // A cut explains no forgotten ack on a topic of one copy.
+  assert.equal(ackedThenRedelivered({}, cut, "n2", 2000).r.verdict, "invalid");
+});
+
+test("failover: a frozen leader's lease ends at the failover, so another owner may deliver before the visibility timeout; the old owner may not", () => {
+  const run = (by: string, config: Partial<ConfigValue>) => {
+    const b = new HistoryBuilder(config);
+    b.produce("p1", "t", "m1", 0, 10);
+    b.consume("c1", "t", "m1", "d1", 20, 21, { node: "n1", boot: "b1" });
+    b.fault("pause", 100, 101, { node: "n1" }, "ok", { state: "T" });
+    b.fault("resume", 3000, 3001, { node: "n1" }, "ok", { state: "S" });
+    b.consume("c2", "t", "m1", "d2", 2000, 2001, { node: by, boot: by === "n1" ? "b1" : "b2" });
+    b.ack("c2", "t", "m1", "d2", 2010, 2011);
+    b.empty("c2", "t", 3100, 3101);
+    return checkEvents(b.build().events);
+  };
+  const byNew = run("n2", replicated());
+  assert.equal(byNew.verdict, "valid", byNew.reason);
+  assert.equal(byNew.redeliveries.byCause.fault, 1);
+  assert.deepEqual(run("n1", replicated()).anomalies.map((a) => a.name), ["double-lease"]);
+  assert.deepEqual(run("n2", {}).anomalies.map((a) => a.name), ["double-lease"]);
+});
+
+test("failover: no fault explains a lost 202 on a replicated topic", () => {
+  const b = new HistoryBuilder(replicated());
+  const p = b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });
+  b.fault("kill", 12, 14, { node: "n1" }, "ok", { signal: "SIGKILL" });
+  b.fault("start", 1500, 1600, { node: "n1" }, "ok", { boot: "b1-2" });
+  const drain = b.empty("c1", "t", 2000, 2001);
+  const h = b.build();
+  const r = checkEvents(h.events);
+  assert.equal(r.verdict, "invalid");
+  assert.deepEqual(r.anomalies.map((a) => [a.name, a.ops]), [["lost", [h.index(p), h.index(drain)]]]);
+});
+
+test("the config's replication fields are checked: replication_factor ≥ 1, acks leader or quorum, replication_lag_ms ≥ 0", () => {
+  for (const [config, rule] of [
+    [{ topics: { t: { partitions: 1, replication_factor: 0 } } }, /replication_factor/],
+    [{ topics: { t: { partitions: 1, acks: "all" } } }, /acks must be "leader" or "quorum"/],
+    [{ replication_lag_ms: -1 }, /replication_lag_ms/],
+  ] as const) {
+    const b = new HistoryBuilder(config as Partial<ConfigValue>);
+    b.empty("c1", "t", 1, 2);
+    assert.throws(() => checkEvents(b.build().events), rule);
+  }
+});
