@@ -117,3 +117,23 @@ test("the config's replication fields are checked: replication_factor ≥ 1, ack
     assert.throws(() => checkEvents(b.build().events), rule);
   }
 });
+
+test("replays of a replicated partition may step over its epoch markers, never over an offset a 202 or a delivery named", () => {
+  const run = (rf: number, named: number[], replayed: number[]) => {
+    const b = new HistoryBuilder(replicated(rf));
+    // m0 produced at offset 1 (offset 0 is the first epoch's marker), then the named ones.
+    for (const [i, off] of named.entries()) {
+      b.op("p1", "produce", { topic: "t", msg: `m${i}` }, 10 * i, 10 * i + 5, "ok", { partition: 0, offset: off, status: 202 });
+      b.consume("c1", "t", `m${i}`, `d${i}`, 10 * i + 6, 10 * i + 7, { offset: off });
+      b.ack("c1", "t", `m${i}`, `d${i}`, 10 * i + 8, 10 * i + 9);
+    }
+    b.replay("r1", "t", 0, 0, 500, 501, replayed.map((o) => [o, `m${named.indexOf(o)}`] as [number, string]));
+    b.empty("c1", "t", 600, 601);
+    return checkEvents(b.build().events);
+  };
+  assert.equal(run(3, [1, 2, 4], [1, 2, 4]).verdict, "valid", "the markers at 0 and 3 are not records");
+  assert.deepEqual(run(3, [1, 2, 4], [1, 4]).anomalies.map((a) => a.name), ["skip"]);
+  assert.deepEqual(run(3, [0, 1, 2], [1, 2]).anomalies.map((a) => a.name), ["skip"]);
+  // One copy: the log has no holes, so any jump is a skip.
+  assert.deepEqual(run(1, [1, 2, 4], [1, 2, 4]).anomalies.map((a) => a.name), ["skip"]);
+});
