@@ -137,3 +137,76 @@ test("replays of a replicated partition may step over its epoch markers, never o
   // One copy: the log has no holes, so any jump is a skip.
   assert.deepEqual(run(1, [1, 2, 4], [1, 2, 4]).anomalies.map((a) => a.name), ["skip"]);
 });
+
+// The follower rule: acks reach a follower on the ack log's schedule and wait in its memory for
+// its own flush (and fsync); a follower that crashes before then lost them for good, and
+// redelivers them once it leads, however long after. Window (replicated(): replication_lag_ms
+// 400, ack_flush_ms 100, ack_sync_ms 1000, slack 50): the ack's arrival (ack + 500) plus
+// ack_flush_ms (kill) or plus ack_sync_ms too (power loss, or a kill in the power-loss mode).
+
+/** A crash of n2 (a follower: the ack was taken by n1) at `ms`, back 1.5 s later. */
+const followerCrash = (kind: "kill" | "power-loss", ms: number, okExtra: Record<string, unknown> = {}) => (b: HistoryBuilder) => {
+  const k = b.fault(kind, ms, ms + 2, { node: "n2" }, "ok", { signal: "SIGKILL", ...okExtra });
+  b.fault("start", ms + 1500, ms + 1600, { node: "n2" }, "ok", { boot: "b-n2" });
+  return k;
+};
+
+test("follower rule: a follower killed before the ack reached its OS redelivers it when it leads, long after", () => {
+  // The ack completes at 31; a kill of n2 at 600 (within 31 + 500 + 100 + 50); n2 redelivers 20 s later.
+  const { r, h, ack, f, again } = ackedThenRedelivered(replicated(), followerCrash("kill", 600), "n2", 20_000);
+  assert.equal(r.verdict, "valid", r.reason);
+  assert.deepEqual(r.redeliveries.explainedDuplicates, [{ msg: "m1", path: "t", deliveryOp: h.index(again), ackOp: h.index(ack), faultOp: h.index(f) }]);
+  // Past the kill's window the follower had the ack in its OS: nothing explains it.
+  const late = ackedThenRedelivered(replicated(), followerCrash("kill", 800), "n2", 20_000);
+  assert.deepEqual(late.r.anomalies.map((a) => [a.name, a.ops]), [["duplicate-after-ack", [late.h.index(late.d), late.h.index(late.ack), late.h.index(late.again)]]]);
+  assert.match(late.r.anomalies[0]!.explanation, /crash of the redelivering replica/);
+});
+
+test("follower rule: a power loss (or a kill in the power-loss mode) of the follower adds ack_sync_ms", () => {
+  assert.equal(ackedThenRedelivered(replicated(), followerCrash("power-loss", 1500), "n2", 20_000).r.verdict, "valid");
+  assert.equal(ackedThenRedelivered(replicated(), followerCrash("kill", 1500, { power_loss_mode: true }), "n2", 20_000).r.verdict, "valid");
+  assert.equal(ackedThenRedelivered(replicated(), followerCrash("kill", 1500), "n2", 20_000).r.verdict, "invalid");
+  assert.equal(ackedThenRedelivered(replicated(), followerCrash("power-loss", 1800), "n2", 20_000).r.verdict, "invalid");
+});
+
+test("follower rule: the crash explains only a redelivery by the crashed follower, only on a replicated topic", () => {
+  // n3 redelivers: it had the ack whatever n2 lost.
+  assert.equal(ackedThenRedelivered(replicated(), followerCrash("kill", 600), "n3", 20_000).r.verdict, "invalid");
+  assert.equal(ackedThenRedelivered({}, followerCrash("kill", 600), "n2", 20_000).r.verdict, "invalid");
+});
+
+test("follower rule: a follower down when the ack was taken gets it after it is back, within replication_rejoin_ms", () => {
+  // n2 killed at 100, started 5000..5100; m1 acked by n1 at 1000..1001 meanwhile; a power loss
+  // of n2 at `at`; n2 redelivers at 20 s.
+  const run = (extra: Partial<ConfigValue>, at: number) => {
+    const b = new HistoryBuilder(replicated(3, extra));
+    b.produce("p1", "t", "m1", 0, 10);
+    b.consume("c1", "t", "m1", "d1", 20, 21, { node: "n1", boot: "b1" });
+    b.fault("kill", 100, 101, { node: "n2" }, "ok", { signal: "SIGKILL" });
+    b.ack("c1", "t", "m1", "d1", 1000, 1001);
+    b.fault("start", 5000, 5100, { node: "n2" }, "ok", { boot: "b-n2" });
+    b.fault("power-loss", at, at + 2, { node: "n2" }, "ok", { signal: "SIGKILL", power_loss_mode: true });
+    b.fault("start", at + 1500, at + 1600, { node: "n2" }, "ok", { boot: "b-n2-2" });
+    b.consume("c2", "t", "m1", "d2", 20_000, 20_001, { node: "n2", boot: "b-n2-2" });
+    b.ack("c2", "t", "m1", "d2", 20_010, 20_011);
+    b.empty("c2", "t", 20_100, 20_101);
+    return checkEvents(b.build().events);
+  };
+  // Back at 5100: the ack reaches n2 by 5100 + 2000; on its disk by + 100 + 1000 (+ 50 slack).
+  assert.equal(run({ replication_rejoin_ms: 2000 }, 8000).verdict, "valid");
+  assert.deepEqual(run({ replication_rejoin_ms: 2000 }, 8500).anomalies.map((a) => a.name), ["duplicate-after-ack"]);
+  // Without replication_rejoin_ms the allowance is replication_lag_ms (400): 8000 is past it.
+  assert.equal(run({}, 8000).verdict, "invalid");
+  // The kill at 100 itself explains nothing: the ack came after it, while n2 was down.
+  assert.equal(run({ replication_rejoin_ms: 2000 }, 30_000).verdict, "invalid");
+});
+
+test("a kill of the owner in the power-loss mode forgets acks within ack_sync_ms + ack_flush_ms, as a power loss", () => {
+  const ownKill = (okExtra: Record<string, unknown>) => (b: HistoryBuilder) => {
+    const k = b.fault("kill", 800, 802, { node: "n1" }, "ok", { signal: "SIGKILL", ...okExtra });
+    b.fault("start", 2300, 2400, { node: "n1" }, "ok", { boot: "b1-2" });
+    return k;
+  };
+  assert.equal(ackedThenRedelivered({}, ownKill({ power_loss_mode: true }), "n1", 3000).r.verdict, "valid");
+  assert.equal(ackedThenRedelivered({}, ownKill({}), "n1", 3000).r.verdict, "invalid");
+});

@@ -22,6 +22,15 @@
 //     to the followers on the ack log's schedule, so the new leader may lack the last of them. A
 //     pause or a cut lasts until its resume or heal: the old owner may take acks and hand out
 //     leases until then that never reach the new leader.
+//   - on a replicated topic, a crash (kill, power loss) of a follower that later leads and
+//     redelivers: acks reach a follower on the ack log's schedule and wait in its memory for its
+//     own flush (and, for a power loss, fsync); a follower that crashed before then lost them for
+//     good (nothing ships an ack twice), however long before the failover that made it lead.
+//     Window: the ack's arrival (within the replication window after it, or, when an outage of
+//     the follower or of the lease's owner overlapped, within replication_rejoin_ms after that
+//     outage ended) plus ack_flush_ms, plus ack_sync_ms for a power loss (pair.ts `forgetsAck`).
+//   A kill whose ok value says power_loss_mode (a node in the test-only power-loss mode) counts
+//   as a power loss for the window: it lost the unsynced writes too.
 
 import { O_FAIL, O_OK, type RunData } from "./collect.js";
 import type { FaultTime } from "./pair.js";
@@ -32,6 +41,8 @@ const ENDS_LEASES: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "term
 const FORGETS_ACKS: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "move"]);
 /** Faults of a replicated partition's leader that may hand the partition to another owner. */
 const FAILS_OVER: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "pause", "cut"]);
+/** Faults during which acks cannot reach a follower (it is down, frozen or cut off), until their end. */
+const HOLDS_ACKS: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "terminate", "pause", "cut"]);
 
 export interface FaultInfo {
   /** Index into RunData.faults. */
@@ -121,7 +132,7 @@ export function analyseFaults(run: RunData): FaultInfo[] {
       evidenceOp,
       endOp: -1,
       endNs: Infinity,
-      time: { fault: fi, kind: fr.kind, invNs, compNs },
+      time: { fault: fi, kind: fr.kind, invNs, compNs, ...(fr.lossy && fr.kind === "kill" ? { lossy: true } : {}) },
     });
   }
   // Windows: each disrupting fault lasts until the next op of the matching kind on the same node.
@@ -153,6 +164,10 @@ export class FaultIndex {
   private readonly forgetters: FaultInfo[];
   /** Failover entries (pair.ts FaultTime.failover), for deliveries on replicated topics. */
   private readonly failovers: { info: FaultInfo; time: FaultTime }[];
+  /** Crashes of nodes, for the follower rule on replicated topics. */
+  private readonly crashes: FaultInfo[];
+  /** Outages (HOLDS_ACKS) that may have happened, for the follower rule's late arrivals. */
+  private readonly outages: FaultInfo[];
   private readonly replicated: Uint8Array;
   private readonly run: RunData;
   private readonly cacheEnders = new Map<string, FaultTime[]>();
@@ -170,6 +185,9 @@ export class FaultIndex {
           .filter((f) => f.mayHaveHappened && usable(f) && FAILS_OVER.has(f.kind))
           .map((f) => ({ info: f, time: { ...f.time, compNs: f.kind === "pause" || f.kind === "cut" ? f.endNs : f.time.compNs, failover: true } }))
       : [];
+    const anyReplicated = this.replicated.includes(1);
+    this.crashes = anyReplicated ? faults.filter((f) => f.mayHaveHappened && usable(f) && f.node >= 0 && (f.kind === "kill" || f.kind === "power-loss")) : [];
+    this.outages = anyReplicated ? faults.filter((f) => f.mayHaveHappened && HOLDS_ACKS.has(f.kind)) : [];
   }
 
   get empty(): boolean {
@@ -209,6 +227,22 @@ export class FaultIndex {
       if (ending && (info.kind === "kill" || info.kind === "power-loss")) continue;
       if (info.node >= 0 && info.node !== node) continue;
       hit.push(time);
+    }
+    // A follower's crash: an ack taken by this delivery's owner `node` may be lost by another
+    // node, which redelivers once it leads (reachesRedelivery checks who redelivered).
+    if (!ending && failovers.length > 0) {
+      for (const c of this.crashes) {
+        if (c.node === node) continue;
+        const outages: number[] = [];
+        for (const o of this.outages) {
+          if (o.node >= 0 && o.node !== c.node && o.node !== node) continue;
+          // Only an outage over before the crash delays an ack that the crash then loses: during
+          // one still under way the ack had not reached the follower at all.
+          if (o === c || o.time.invNs > c.time.invNs || o.endNs > c.time.invNs) continue;
+          outages.push(o.time.invNs, o.endNs);
+        }
+        hit.push({ ...c.time, follower: { node: c.node, outages } });
+      }
     }
     cache.set(key, hit);
     return hit;

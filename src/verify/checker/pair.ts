@@ -80,6 +80,17 @@ export interface FaultTime {
    * the one that held the lease (and took the ack), with the replication window.
    */
   failover?: boolean;
+  /** A kill that lost what a power loss would (the node ran in the test-only power-loss mode). */
+  lossy?: boolean;
+  /**
+   * A crash (kill, power loss) of a follower of a replicated partition: applies only to a
+   * redelivery made by that node after it came to lead, of an ack taken by another owner. Acks
+   * reach a follower on the ack log's schedule and sit in its memory until its own flush (and
+   * fsync); a follower down, paused or cut off when the ack was taken gets it only after it is
+   * back (and joined again), so `outages` lists [start, end] of the faults of it or of the
+   * lease's owner that began before the crash.
+   */
+  follower?: { node: number; outages: readonly number[] };
 }
 
 export interface PairEnv {
@@ -89,6 +100,11 @@ export interface PairEnv {
   ackSyncNs: number;
   /** A replicated topic's window for a failover to forget an ack: ack_flush_ms + replication_lag_ms. */
   replicationWindowNs: number;
+  /**
+   * How long after an outage ends (a start, resume or heal of a follower or its leader) the acks
+   * queued for the follower may take to reach it: the leader joins it again first.
+   */
+  rejoinNs: number;
   /** The owner node of a delivery (OpTable row), for the failover rule's "another owner". */
   nodeOf(deliveryOp: number): number;
   stepsMax: number;
@@ -106,6 +122,7 @@ export type SearchStatus = "legal" | "illegal" | "cap";
  * the redelivery.
  */
 export function reachesRedelivery(f: FaultTime, leased: number, redelivery: number, env: PairEnv): boolean {
+  if (f.follower !== undefined) return env.nodeOf(redelivery) === f.follower.node && env.nodeOf(leased) !== f.follower.node;
   return f.failover !== true || env.nodeOf(leased) !== env.nodeOf(redelivery);
 }
 
@@ -115,9 +132,21 @@ export function forgetsAck(f: FaultTime, ack: PairOp, env: PairEnv): boolean {
   if (f.compNs + env.slackNs < ack.invNs) return false;
   // ...a failover no later than the replication window after it (the acks had not shipped)...
   if (f.failover === true) return f.invNs <= ack.compNs + env.replicationWindowNs + env.slackNs;
+  const lossy = f.kind === "power-loss" || f.lossy === true;
+  // ...a follower's crash before the ack, once it reached the follower, was in its OS (kill) or
+  // on its disk (power loss): it reaches it within the replication window, or after an outage
+  // of the follower or the leader that overlapped, once the follower is joined again...
+  if (f.follower !== undefined) {
+    let arrivalNs = ack.compNs + env.replicationWindowNs;
+    const o = f.follower.outages;
+    for (let i = 0; i + 1 < o.length; i += 2) {
+      if (o[i]! <= f.invNs && o[i + 1]! + env.slackNs >= ack.invNs) arrivalNs = Math.max(arrivalNs, o[i + 1]! + env.rejoinNs);
+    }
+    return f.invNs <= arrivalNs + env.ackFlushNs + (lossy ? env.ackSyncNs : 0) + env.slackNs;
+  }
   // ...and, for a crash, before the ack reached the OS (kill) or the disk (power loss).
-  if (f.kind === "kill") return f.invNs <= ack.compNs + env.ackFlushNs + env.slackNs;
-  if (f.kind === "power-loss") return f.invNs <= ack.compNs + env.ackSyncNs + env.ackFlushNs + env.slackNs;
+  if (f.kind === "kill" && !lossy) return f.invNs <= ack.compNs + env.ackFlushNs + env.slackNs;
+  if (lossy) return f.invNs <= ack.compNs + env.ackSyncNs + env.ackFlushNs + env.slackNs;
   return f.kind === "move";
 }
 
@@ -347,7 +376,8 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
           local: [ack.handle, a, d],
           explanation:
             `delivered again ${ms(del.invNs - ack.compNs)} after an ack of an earlier delivery answered 204; ` +
-            `no kill within ack_flush_ms, power loss within ack_sync_ms + ack_flush_ms, partition move or failover within the replication window explains it`,
+            `no kill within ack_flush_ms, power loss within ack_sync_ms + ack_flush_ms, partition move, failover within the replication window ` +
+            `or crash of the redelivering replica while a follower, before the ack reached its disk, explains it`,
         };
       }
     }

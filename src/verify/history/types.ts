@@ -93,6 +93,13 @@ export interface ConfigValue {
    * ack within ack_flush_ms + replication_lag_ms of the failover; without it, ack_flush_ms.
    */
   replication_lag_ms?: number;
+  /**
+   * Optional: how long after an outage of a follower or its leader ends (a start, resume or
+   * heal) the acks queued for the follower may take to reach it, the leader joining it again
+   * first. The follower rule (a crash of a follower that later leads) uses it; without it,
+   * replication_lag_ms (or ack_flush_ms).
+   */
+  replication_rejoin_ms?: number;
   [extra: string]: unknown;
 }
 

@@ -107,6 +107,7 @@ function validateConfig(value: Record<string, unknown>): void {
   const vt = needNonnegNumber(value, "visibility_timeout_ms", where);
   optNumber(value, "copy_timeout_ms", where, 0);
   optNumber(value, "replication_lag_ms", where, 0);
+  optNumber(value, "replication_rejoin_ms", where, 0);
   if (vt === 0) problem("config: visibility_timeout_ms must be above 0");
   const topics = value["topics"];
   if (topics === undefined) problem("config: missing field topics");

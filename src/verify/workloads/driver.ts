@@ -139,6 +139,13 @@ export const FAILOVER_HOLD_MIN_MS = 3_000;
  * within ack_flush_ms plus this (the checker's failover rule).
  */
 export const REPLICATION_LAG_MS = 1_000;
+/**
+ * The config's replication_rejoin_ms: after a follower (or its leader) is back from an outage, the
+ * acks queued for it wait for the leader to join it again, whose retries back off up to 2 s
+ * (REPLICATION_LIMITS.backoffMaxMs in src/cluster/replication/leader.ts), then for the next
+ * shipping interval; with the lag of a loaded machine on top.
+ */
+export const REPLICATION_REJOIN_MS = 3_000;
 
 /** Nodes of a remote child's other cluster when the system under test is a cluster (r1, r2). */
 export const REMOTE_CLUSTER_NODES = 2;
@@ -604,7 +611,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
       ]),
     ),
     // The acks' shipping lag the failover rule allows (replicated topics only).
-    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS } : {}),
+    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS, replication_rejoin_ms: REPLICATION_REJOIN_MS } : {}),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
     children:
