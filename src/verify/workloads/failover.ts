@@ -161,7 +161,9 @@ export class FailoverNemesis {
       const partition = this.prng.int(o.partitions);
       let holdMs = this.prng.jittered(o.holdMs, o.holdJitterMs);
       this.prng.int(2); // the fourth draw: kept so every step draws alike
-      const kind = this.rotation[step % this.rotation.length]!;
+      // By faults applied, not steps: a kind skipped (no placement known yet, too few followers)
+      // is tried again at the next step, so a short run still meets every kind.
+      const kind = this.rotation[this.faultsApplied % this.rotation.length]!;
       await this.sleep(waitMs);
       if (this.stopping) break;
       const who = await this.leadership(partition);
