@@ -25,6 +25,8 @@ export interface RunCommandArgs {
   controlPlane?: string;
   /** commander: --quiet-windows → true, --no-quiet-windows → false, neither → undefined. */
   quietWindows?: boolean;
+  replicationFactor?: string;
+  acks?: string;
 }
 
 export interface CalibrateCommandArgs {
@@ -141,6 +143,7 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
   try {
     if (!isWorkloadName(args.workload)) throw new UsageError(`unknown workload ${JSON.stringify(args.workload)}; one of ${WORKLOAD_NAMES.join(", ")}`);
     if (args.quietWindows !== undefined && args.workload !== "children") throw new UsageError("--quiet-windows and --no-quiet-windows go with --workload children");
+    if (args.acks !== undefined && args.acks !== "leader" && args.acks !== "quorum") throw new UsageError(`--acks must be leader or quorum, not ${JSON.stringify(args.acks)}`);
     opts = {
       workload: args.workload,
       outDir: resolve(args.out),
@@ -152,6 +155,8 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
       bugs: args.bug ?? [],
       security: args.security,
       controlPlaneUrl: args.controlPlane,
+      replicationFactor: num("--replication-factor", args.replicationFactor, true),
+      ...(args.acks !== undefined ? { acks: args.acks as "leader" | "quorum" } : {}),
       ...(args.quietWindows === true ? { cycle: CHILDREN_CYCLE } : args.quietWindows === false ? { cycle: null } : {}),
     };
   } catch (e) {
@@ -165,7 +170,8 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
   const clean = Object.fromEntries(Object.entries({ ...opts, seed }).filter(([, v]) => v !== undefined)) as typeof opts & { seed: number };
   const nodes = clean.nodes ?? 1;
   const security = clean.security ?? nodes > 1;
-  out.write(`narad verify run: workload ${clean.workload}, ${nodes === 1 ? "one node" : `${nodes} nodes`}, security ${security ? "on" : "off"}, seed ${seed}${clean.bugs.length > 0 ? `, TEST BUGS ${clean.bugs.join(",")}` : ""}, out ${clean.outDir}\n`);
+  const rf = clean.replicationFactor ?? (clean.workload === "failover" ? 3 : 1);
+  out.write(`narad verify run: workload ${clean.workload}, ${nodes === 1 ? "one node" : `${nodes} nodes`}${rf > 1 ? `, ${rf} copies (acks ${clean.acks ?? "quorum"})` : ""}, security ${security ? "on" : "off"}, seed ${seed}${clean.bugs.length > 0 ? `, TEST BUGS ${clean.bugs.join(",")}` : ""}, out ${clean.outDir}\n`);
   const progress = progressPrinter(out);
   const sig = abortOnSignals();
   let r: RunResult;
@@ -243,7 +249,7 @@ export function registerRunCommands(verify: Command): void {
   verify
     .command("run")
     .description("run a workload against real broker processes, record the history, and judge it (exit 0 valid, 1 invalid, 2 unknown)")
-    .requiredOption("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition or children")
+    .requiredOption("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children or failover")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")
     .option("--nodes <n>", "broker nodes: 1 (default) or a cluster of n on a PostgreSQL control plane")
     .option("--security", "security on: nodes without --dev, workers with credentials (default for a cluster)")
@@ -251,6 +257,8 @@ export function registerRunCommands(verify: Command): void {
     .option("--control-plane <url>", "cluster: a PostgreSQL server to use (a fresh database is made) instead of an embedded one")
     .option("--quiet-windows", "children: load in bursts, faults only in the quiet windows between them (no copy in flight)")
     .option("--no-quiet-windows", "children: continuous load, faults at any moment (the default)")
+    .option("--replication-factor <n>", "copies of each partition of the main topic (a cluster; faults then aim at the partitions' leaders)")
+    .option("--acks <mode>", "a replicated topic's acks mode: quorum (default) or leader")
     .option("--duration <s>", "seconds of load (default per workload)")
     .option("--seed <n>", "seed of every random choice (default: random, printed)")
     .option("--rate <r>", "produces per second over all producers")

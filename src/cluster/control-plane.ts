@@ -76,6 +76,15 @@ export class ControlPlane implements UserStoreApi {
   private readonly lease: NodeLease;
   private readonly listeners = new Set<(e: ChangeEvent) => void>();
   private closed = false;
+  /**
+   * False from the moment this node's lease ran out until a full re-read of the view that began
+   * after the lease came back has completed. While the lease was out (a cut from PostgreSQL, a
+   * long pause) the others may have failed its replicated partitions over; its cached view says
+   * nothing of that, so owning from it would serve a partition another node now leads.
+   */
+  private viewCurrent = true;
+  /** Counts lapses, so a re-read that began before the latest lapse does not count as current. */
+  private lapses = 0;
   /** The subject modules' way to write (see write()). */
   private readonly writer = <T>(targets: string[], fn: InTransaction<T>): Promise<T> => this.write(targets, fn);
 
@@ -94,7 +103,16 @@ export class ControlPlane implements UserStoreApi {
     this.listener = new Listener(o, { ...common, refresh: this.refreshes });
     this.lease = new NodeLease(o, {
       ...common,
-      emit,
+      // A lease back after a lapse is told only once the view is re-read (leaseChanged): the
+      // owners act on it, and until then this node owns nothing.
+      emit: (events) => {
+        const out = events.filter((e) => {
+          if (e.kind !== "lease") return true;
+          this.leaseChanged(e.live);
+          return !e.live || this.viewCurrent;
+        });
+        if (out.length > 0) emit(out);
+      },
       sql: {
         register: () => nodesSql.registerNode(this.db, o, this.log),
         heartbeat: () => nodesSql.heartbeat(this.db.hbPool, o),
@@ -173,6 +191,31 @@ export class ControlPlane implements UserStoreApi {
 
   // ---- lease ---------------------------------------------------------------------------------
 
+  /** A lapse makes the view suspect; the lease back, a full re-read makes it current again. */
+  private leaseChanged(live: boolean): void {
+    if (!live) {
+      this.lapses++;
+      this.viewCurrent = false;
+      return;
+    }
+    if (this.viewCurrent) return;
+    const lapse = this.lapses;
+    void this.refreshes.request({ full: true }).then(
+      () => {
+        if (this.lapses === lapse && this.lease.isLive()) {
+          this.viewCurrent = true;
+          this.log.info("the lease is back and the view re-read: owning partitions again");
+          // The owners listen to changes; this one says the view may differ from what it was.
+          this.emit([{ kind: "lease", live: true }]);
+        }
+      },
+      (e: Error) => {
+        this.warn("refresh", { err: e.message }, "re-reading the view after the lease came back failed; retrying");
+        if (this.lapses === lapse) this.scheduler.after(100, () => this.leaseChanged(true));
+      },
+    );
+  }
+
   /** Monotonic ms (the clock's monoMs) until which this node may act as owner; -Infinity before the first heartbeat. */
   leaseValidUntilMono(): number {
     return this.lease.validUntilMono();
@@ -222,7 +265,7 @@ export class ControlPlane implements UserStoreApi {
    * exactly this epoch. From memory; no database round trip.
    */
   ownsPartition(topic: string, partition: number, epoch: number): boolean {
-    if (!this.lease.isLive()) return false;
+    if (!this.lease.isLive() || !this.viewCurrent) return false;
     const p = this.view.partitionPlacement(topic, partition);
     return p !== undefined && p.node === this.nodeId && p.epoch === epoch;
   }

@@ -265,6 +265,11 @@ export interface FaultRec {
   partition: number;
   /** A start's new boot id, from its ok value. */
   boot: number;
+  /**
+   * A kill whose ok value says `power_loss_mode: true` (the node kept its unsynced writes in
+   * memory, so the kill lost what a power loss would), or a power loss.
+   */
+  lossy: boolean;
 }
 
 export interface ReplayRec {
@@ -406,6 +411,7 @@ export class Collector {
       }
       case "fault": {
         const fr = this.faults[this.faultOfOp.get(op)!]!;
+        if (fr.kind === "kill" && v["power_loss_mode"] === true) fr.lossy = true;
         const boot = v["boot"];
         if (typeof boot === "string" && boot.length > 0) {
           fr.boot = this.boots.id(boot);
@@ -485,7 +491,7 @@ export class Collector {
       topic = this.topics.id(v["topic"] as string);
     }
     this.faultOfOp.set(op, this.faults.length);
-    this.faults.push({ op, kind, node, topic, partition, boot: -1 });
+    this.faults.push({ op, kind, node, topic, partition, boot: -1, lossy: kind === "power-loss" });
   }
 
   private reportBoot(node: number, boot: number, timeNs: number, op: number): void {

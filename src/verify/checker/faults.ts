@@ -15,6 +15,22 @@
 //   - an ack forgotten: kill within ack_flush_ms after the ack, power-loss within
 //     ack_sync_ms + ack_flush_ms, a move after the ack began (each window plus the slack).
 //     A terminate flushes and syncs everything, so it forgets nothing.
+//   - on a replicated topic (replication_factor above 1 in the config), a failover: a kill,
+//     power loss, pause or cut of the lease's owner, when the redelivery was made by another
+//     owner (pair.ts, `reachesRedelivery`). It ends the old owner's leases, and it explains a
+//     forgotten ack within the replication window (ack_flush_ms + replication_lag_ms): acks ship
+//     to the followers on the ack log's schedule, so the new leader may lack the last of them. A
+//     pause or a cut lasts until its resume or heal: the old owner may take acks and hand out
+//     leases until then that never reach the new leader.
+//   - on a replicated topic, a crash (kill, power loss) of a follower that later leads and
+//     redelivers: acks reach a follower on the ack log's schedule and wait in its memory for its
+//     own flush (and, for a power loss, fsync); a follower that crashed before then lost them for
+//     good (nothing ships an ack twice), however long before the failover that made it lead.
+//     Window: the ack's arrival (within the replication window after it, or, when an outage of
+//     the follower or of the lease's owner overlapped, within replication_rejoin_ms after that
+//     outage ended) plus ack_flush_ms, plus ack_sync_ms for a power loss (pair.ts `forgetsAck`).
+//   A kill whose ok value says power_loss_mode (a node in the test-only power-loss mode) counts
+//   as a power loss for the window: it lost the unsynced writes too.
 
 import { O_FAIL, O_OK, type RunData } from "./collect.js";
 import type { FaultTime } from "./pair.js";
@@ -23,6 +39,10 @@ import { FAULT_KINDS_NEEDING_EVIDENCE, type FaultKind } from "../history/types.j
 const NEEDS_EVIDENCE: ReadonlySet<FaultKind> = new Set(FAULT_KINDS_NEEDING_EVIDENCE);
 const ENDS_LEASES: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "terminate", "move"]);
 const FORGETS_ACKS: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "move"]);
+/** Faults of a replicated partition's leader that may hand the partition to another owner. */
+const FAILS_OVER: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "pause", "cut"]);
+/** Faults during which acks cannot reach a follower (it is down, frozen or cut off), until their end. */
+const HOLDS_ACKS: ReadonlySet<FaultKind> = new Set(["kill", "power-loss", "terminate", "pause", "cut"]);
 
 export interface FaultInfo {
   /** Index into RunData.faults. */
@@ -112,7 +132,7 @@ export function analyseFaults(run: RunData): FaultInfo[] {
       evidenceOp,
       endOp: -1,
       endNs: Infinity,
-      time: { fault: fi, kind: fr.kind, invNs, compNs },
+      time: { fault: fi, kind: fr.kind, invNs, compNs, ...(fr.lossy && fr.kind === "kill" ? { lossy: true } : {}) },
     });
   }
   // Windows: each disrupting fault lasts until the next op of the matching kind on the same node.
@@ -142,6 +162,13 @@ export function analyseFaults(run: RunData): FaultInfo[] {
 export class FaultIndex {
   private readonly enders: FaultInfo[];
   private readonly forgetters: FaultInfo[];
+  /** Failover entries (pair.ts FaultTime.failover), for deliveries on replicated topics. */
+  private readonly failovers: { info: FaultInfo; time: FaultTime }[];
+  /** Crashes of nodes, for the follower rule on replicated topics. */
+  private readonly crashes: FaultInfo[];
+  /** Outages (HOLDS_ACKS) that may have happened, for the follower rule's late arrivals. */
+  private readonly outages: FaultInfo[];
+  private readonly replicated: Uint8Array;
   private readonly run: RunData;
   private readonly cacheEnders = new Map<string, FaultTime[]>();
   private readonly cacheForgetters = new Map<string, FaultTime[]>();
@@ -150,23 +177,35 @@ export class FaultIndex {
     this.run = run;
     this.enders = faults.filter((f) => f.mayHaveHappened && usable(f) && ENDS_LEASES.has(f.kind));
     this.forgetters = faults.filter((f) => f.mayHaveHappened && usable(f) && FORGETS_ACKS.has(f.kind));
+    this.replicated = new Uint8Array(run.topics.size);
+    for (const [name, t] of Object.entries(run.config.topics)) if ((t.replication_factor ?? 1) > 1) this.replicated[run.topics.find(name)] = 1;
+    // A pause or cut acts until it ends (resume, heal): its failover entry's compNs is that end.
+    this.failovers = this.replicated.includes(1)
+      ? faults
+          .filter((f) => f.mayHaveHappened && usable(f) && FAILS_OVER.has(f.kind))
+          .map((f) => ({ info: f, time: { ...f.time, compNs: f.kind === "pause" || f.kind === "cut" ? f.endNs : f.time.compNs, failover: true } }))
+      : [];
+    const anyReplicated = this.replicated.includes(1);
+    this.crashes = anyReplicated ? faults.filter((f) => f.mayHaveHappened && usable(f) && f.node >= 0 && (f.kind === "kill" || f.kind === "power-loss")) : [];
+    this.outages = anyReplicated ? faults.filter((f) => f.mayHaveHappened && HOLDS_ACKS.has(f.kind)) : [];
   }
 
   get empty(): boolean {
-    return this.enders.length === 0 && this.forgetters.length === 0;
+    return this.enders.length === 0 && this.forgetters.length === 0 && this.failovers.length === 0;
   }
 
   leaseEnders(deliveryOp: number): readonly FaultTime[] {
-    return this.lookup(this.enders, this.cacheEnders, deliveryOp);
+    return this.lookup(this.enders, this.cacheEnders, deliveryOp, true);
   }
 
   ackForgetters(deliveryOp: number): readonly FaultTime[] {
-    return this.lookup(this.forgetters, this.cacheForgetters, deliveryOp);
+    return this.lookup(this.forgetters, this.cacheForgetters, deliveryOp, false);
   }
 
-  private lookup(list: FaultInfo[], cache: Map<string, FaultTime[]>, deliveryOp: number): readonly FaultTime[] {
-    if (list.length === 0) return NONE;
+  private lookup(list: FaultInfo[], cache: Map<string, FaultTime[]>, deliveryOp: number, ending: boolean): readonly FaultTime[] {
     const ops = this.run.ops;
+    const failovers = this.replicated[ops.topic[deliveryOp]!] === 1 ? this.failovers : [];
+    if (list.length === 0 && failovers.length === 0) return NONE;
     const node = ops.node[deliveryOp]!;
     const topic = ops.topic[deliveryOp]!;
     const partition = ops.partition[deliveryOp]!;
@@ -181,6 +220,29 @@ export class FaultIndex {
         if (fr.partition >= 0 && fr.partition !== partition) continue;
       } else if (f.node >= 0 && f.node !== node) continue;
       hit.push(f.time);
+    }
+    for (const { info, time } of failovers) {
+      // A kill or power loss already ends every lease of its node; its failover entry adds the
+      // replication window for a forgotten ack.
+      if (ending && (info.kind === "kill" || info.kind === "power-loss")) continue;
+      if (info.node >= 0 && info.node !== node) continue;
+      hit.push(time);
+    }
+    // A follower's crash: an ack taken by this delivery's owner `node` may be lost by another
+    // node, which redelivers once it leads (reachesRedelivery checks who redelivered).
+    if (!ending && failovers.length > 0) {
+      for (const c of this.crashes) {
+        if (c.node === node) continue;
+        const outages: number[] = [];
+        for (const o of this.outages) {
+          if (o.node >= 0 && o.node !== c.node && o.node !== node) continue;
+          // Only an outage over before the crash delays an ack that the crash then loses: during
+          // one still under way the ack had not reached the follower at all.
+          if (o === c || o.time.invNs > c.time.invNs || o.endNs > c.time.invNs) continue;
+          outages.push(o.time.invNs, o.endNs);
+        }
+        hit.push({ ...c.time, follower: { node: c.node, outages } });
+      }
     }
     cache.set(key, hit);
     return hit;

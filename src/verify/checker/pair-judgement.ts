@@ -164,12 +164,21 @@ export class PairJudgement {
     const evidencedIndex = new FaultIndex(run, faults, evidenced);
     const allIndex = new FaultIndex(run, faults, () => true);
     this.anyUnevidenced = faults.some((f) => !evidenced(f));
+    // A failover forgets the acks not yet shipped: one shipping interval plus the lag allowed.
+    const replicationWindowNs = (run.config.ack_flush_ms + (typeof run.config.replication_lag_ms === "number" ? run.config.replication_lag_ms : run.config.ack_flush_ms)) * MS;
+    // After an outage the leader joins the follower again before its queued acks reach it.
+    const rejoinMs = run.config.replication_rejoin_ms;
+    const rejoinNs = (typeof rejoinMs === "number" ? rejoinMs : replicationWindowNs / MS - run.config.ack_flush_ms) * MS;
+    const nodes = run.ops.node;
     // One search environment per path and fault set, made once (not per pair).
     const envFor = (faultIndex: FaultIndex, t: number): PairEnv => ({
       slackNs: this.slackNs,
       visibilityTimeoutNs: topology.visibilityTimeoutNs[t]!,
       ackFlushNs: this.ackFlushNs,
       ackSyncNs: this.ackSyncNs,
+      replicationWindowNs,
+      rejoinNs,
+      nodeOf: (d) => nodes[d]!,
       stepsMax: this.stepsMax,
       leaseEnders: (d) => faultIndex.leaseEnders(d),
       ackForgetters: (d) => faultIndex.ackForgetters(d),

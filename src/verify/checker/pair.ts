@@ -8,6 +8,11 @@
 //                                        on the lease's owner could have ended it
 //   acked --deliver--> leased(h')        only if a fault could have made the broker forget the ack
 //
+// On a replicated topic a failover is such a fault too (SPEC "Checker verdicts"): the old owner
+// killed, cut off or frozen, and the delivery made by ANOTHER owner (the new leader). It ends the
+// old owner's leases and explains a forgotten ack within the replication window (ack_flush_ms,
+// the shipping interval, plus the replication lag the config allows): see `forgetsAck`.
+//
 // Each operation takes effect at one point inside [invoke, completion]; an ambiguous one (info, or
 // never completed) may take effect at any point after its invoke or not at all, except a 410,
 // whose answer proves any effect came before it. The search is a depth-first walk over "which
@@ -64,8 +69,28 @@ export interface FaultTime {
   fault: number;
   kind: FaultKind;
   invNs: number;
-  /** Infinity when the fault's outcome is unknown. */
+  /**
+   * Infinity when the fault's outcome is unknown. For a failover entry of a pause or a cut, the
+   * end of its effect (the resume or heal): the frozen or cut-off owner may take acks and hand
+   * out leases until then, none of which reach the new leader.
+   */
   compNs: number;
+  /**
+   * A failover of a replicated partition: applies only to a delivery made by another owner than
+   * the one that held the lease (and took the ack), with the replication window.
+   */
+  failover?: boolean;
+  /** A kill that lost what a power loss would (the node ran in the test-only power-loss mode). */
+  lossy?: boolean;
+  /**
+   * A crash (kill, power loss) of a follower of a replicated partition: applies only to a
+   * redelivery made by that node after it came to lead, of an ack taken by another owner. Acks
+   * reach a follower on the ack log's schedule and sit in its memory until its own flush (and
+   * fsync); a follower down, paused or cut off when the ack was taken gets it only after it is
+   * back (and joined again), so `outages` lists [start, end] of the faults of it or of the
+   * lease's owner that began before the crash.
+   */
+  follower?: { node: number; outages: readonly number[] };
 }
 
 export interface PairEnv {
@@ -73,6 +98,15 @@ export interface PairEnv {
   visibilityTimeoutNs: number;
   ackFlushNs: number;
   ackSyncNs: number;
+  /** A replicated topic's window for a failover to forget an ack: ack_flush_ms + replication_lag_ms. */
+  replicationWindowNs: number;
+  /**
+   * How long after an outage ends (a start, resume or heal of a follower or its leader) the acks
+   * queued for the follower may take to reach it: the leader joins it again first.
+   */
+  rejoinNs: number;
+  /** The owner node of a delivery (OpTable row), for the failover rule's "another owner". */
+  nodeOf(deliveryOp: number): number;
   stepsMax: number;
   /** Faults that may end a lease taken by this delivery (OpTable row). */
   leaseEnders(deliveryOp: number): readonly FaultTime[];
@@ -82,13 +116,37 @@ export interface PairEnv {
 
 export type SearchStatus = "legal" | "illegal" | "cap";
 
+/**
+ * Whether fault `f` may act on a redelivery `redelivery` of the lease taken by `leased` (both
+ * OpTable rows): any fault of the lease's owner may, a failover only when another owner made
+ * the redelivery.
+ */
+export function reachesRedelivery(f: FaultTime, leased: number, redelivery: number, env: PairEnv): boolean {
+  if (f.follower !== undefined) return env.nodeOf(redelivery) === f.follower.node && env.nodeOf(leased) !== f.follower.node;
+  return f.failover !== true || env.nodeOf(leased) !== env.nodeOf(redelivery);
+}
+
 /** Whether a fault striking at some point of its interval can have made the owner forget `ack`. */
 export function forgetsAck(f: FaultTime, ack: PairOp, env: PairEnv): boolean {
   // The fault must come after the ack began...
   if (f.compNs + env.slackNs < ack.invNs) return false;
+  // ...a failover no later than the replication window after it (the acks had not shipped)...
+  if (f.failover === true) return f.invNs <= ack.compNs + env.replicationWindowNs + env.slackNs;
+  const lossy = f.kind === "power-loss" || f.lossy === true;
+  // ...a follower's crash before the ack, once it reached the follower, was in its OS (kill) or
+  // on its disk (power loss): it reaches it within the replication window, or after an outage
+  // of the follower or the leader that overlapped, once the follower is joined again...
+  if (f.follower !== undefined) {
+    let arrivalNs = ack.compNs + env.replicationWindowNs;
+    const o = f.follower.outages;
+    for (let i = 0; i + 1 < o.length; i += 2) {
+      if (o[i]! <= f.invNs && o[i + 1]! + env.slackNs >= ack.invNs) arrivalNs = Math.max(arrivalNs, o[i + 1]! + env.rejoinNs);
+    }
+    return f.invNs <= arrivalNs + env.ackFlushNs + (lossy ? env.ackSyncNs : 0) + env.slackNs;
+  }
   // ...and, for a crash, before the ack reached the OS (kill) or the disk (power loss).
-  if (f.kind === "kill") return f.invNs <= ack.compNs + env.ackFlushNs + env.slackNs;
-  if (f.kind === "power-loss") return f.invNs <= ack.compNs + env.ackSyncNs + env.ackFlushNs + env.slackNs;
+  if (f.kind === "kill" && !lossy) return f.invNs <= ack.compNs + env.ackFlushNs + env.slackNs;
+  if (lossy) return f.invNs <= ack.compNs + env.ackSyncNs + env.ackFlushNs + env.slackNs;
   return f.kind === "move";
 }
 
@@ -224,7 +282,7 @@ export class PairSearch {
             const enders = env.leaseEnders(ops[h]!.op);
             for (let k = 0; k < enders.length; k++) {
               const f = enders[k]!;
-              if (f.compNs + slack >= leaseStart && f.invNs < bound) {
+              if (f.compNs + slack >= leaseStart && f.invNs < bound && reachesRedelivery(f, ops[h]!.op, o.op, env)) {
                 bound = f.invNs;
                 cause = C_FAULT;
                 fault = f.fault;
@@ -237,7 +295,7 @@ export class PairSearch {
             const forgetters = env.ackForgetters(ops[h]!.op);
             for (let k = 0; k < forgetters.length; k++) {
               const f = forgetters[k]!;
-              if (f.invNs < bound && forgetsAck(f, ack, env)) {
+              if (f.invNs < bound && forgetsAck(f, ack, env) && reachesRedelivery(f, ops[h]!.op, o.op, env)) {
                 bound = f.invNs;
                 fault = f.fault;
               }
@@ -307,7 +365,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
       if (del.invNs <= ack.compNs) continue;
       let explained = false;
       for (const f of env.ackForgetters(ops[ack.handle]!.op)) {
-        if (f.invNs <= del.compNs && forgetsAck(f, ack, env)) {
+        if (f.invNs <= del.compNs && forgetsAck(f, ack, env) && reachesRedelivery(f, ops[ack.handle]!.op, del.op, env)) {
           explained = true;
           break;
         }
@@ -318,7 +376,8 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
           local: [ack.handle, a, d],
           explanation:
             `delivered again ${ms(del.invNs - ack.compNs)} after an ack of an earlier delivery answered 204; ` +
-            `no kill within ack_flush_ms, power loss within ack_sync_ms + ack_flush_ms or partition move explains it`,
+            `no kill within ack_flush_ms, power loss within ack_sync_ms + ack_flush_ms, partition move, failover within the replication window ` +
+            `or crash of the redelivering replica while a follower, before the ack reached its disk, explains it`,
         };
       }
     }
@@ -338,7 +397,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
     }
     if (d2.compNs + slack >= start + env.visibilityTimeoutNs) return true;
     for (const f of env.leaseEnders(d1.op)) {
-      if (f.compNs + slack >= d1.invNs && f.invNs <= d2.compNs) return true;
+      if (f.compNs + slack >= d1.invNs && f.invNs <= d2.compNs && reachesRedelivery(f, d1.op, d2.op, env)) return true;
     }
     return false;
   };
@@ -391,8 +450,8 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
       if (d === ack.handle || del.invNs > ack.compNs || del.compNs < ack.invNs) continue;
       const first = ops[ack.handle]!;
       if (del.compNs + slack >= first.invNs + env.visibilityTimeoutNs) continue; // a lapse was possible
-      if (env.leaseEnders(first.op).some((f) => f.invNs <= del.compNs && f.compNs + slack >= first.invNs)) continue;
-      if (env.ackForgetters(first.op).some((f) => f.invNs <= del.compNs && forgetsAck(f, ack, env))) continue;
+      if (env.leaseEnders(first.op).some((f) => f.invNs <= del.compNs && f.compNs + slack >= first.invNs && reachesRedelivery(f, first.op, del.op, env))) continue;
+      if (env.ackForgetters(first.op).some((f) => f.invNs <= del.compNs && forgetsAck(f, ack, env) && reachesRedelivery(f, first.op, del.op, env))) continue;
       return {
         name: "no-legal-order",
         local: all,

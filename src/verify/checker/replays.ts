@@ -5,6 +5,12 @@
 // two offsets of one answer is therefore always a skip, and a first offset above the one asked
 // for is a skip when a higher-or-equal offset was seen before the replay began.
 // nonmonotonic: an answer whose offsets do not strictly increase, or start below the one asked for.
+//
+// A replicated topic's log has holes: each leader epoch begins with a marker, a control record
+// that replay and delivery skip (docs/replication.md). There an offset is known to exist only
+// when a produce's 202 or a delivery named it, and a replay skips when it jumps over such an
+// offset (anywhere in the history: what a replica shows is a committed prefix, so a record
+// committed at k is in every answer that shows an offset above k).
 
 import { MinHeap } from "../../platform/heap.js";
 import { F_CONSUME, F_PRODUCE, F_REPLAY, O_OK, type ReplayRec, type RunData } from "./collect.js";
@@ -18,6 +24,7 @@ export function judgeReplays(run: RunData, findings: Findings): void {
   if (run.replays.length === 0) return;
   const ops = run.ops;
   const knownBefore = highestSeenBefore(run);
+  const named = namedOffsets(run);
   for (const r of run.replays) {
     const op = r.op;
     const topic = run.topics.name(ops.topic[op]!);
@@ -28,6 +35,13 @@ export function judgeReplays(run: RunData, findings: Findings): void {
     const report = (name: AnomalyName, shown: number[], explanation: string): void => {
       findings.anomaly({ name, msg: null, path: topic, ops: sortedUnique(shown.map((o) => ops.invIdx[o]!)), explanation: `replay of ${where}: ${explanation}` });
     };
+    const holes = named.get(keyOf(ops.topic[op]!, partition));
+    if (holes !== undefined) {
+      const known = knownBefore.get(op)!;
+      if (offs.length === 0 && known.offset >= from) report("skip", [op, known.op], `asked from offset ${from}, answered nothing, though offset ${known.offset} existed before the replay began`);
+      else judgeWithHoles(holes, from, offs, report, op);
+      continue;
+    }
     let done = false;
     for (let i = 0; i < offs.length && !done; i++) {
       if (i === 0 && offs[0]! < from) {
@@ -55,6 +69,71 @@ export function judgeReplays(run: RunData, findings: Findings): void {
             : `asked from offset ${from}, answered nothing, though offset ${known.offset} existed before the replay began`,
         );
       }
+    }
+  }
+}
+
+/** Sorted offsets with the op that named each, per partition of a replicated topic. */
+interface Named {
+  offsets: number[];
+  ops: number[];
+}
+
+/** Per partition of each replicated topic: the offsets produce oks and deliveries named. */
+function namedOffsets(run: RunData): Map<number, Named> {
+  const out = new Map<number, Named>();
+  const replicated = new Set<number>();
+  for (const [name, t] of Object.entries(run.config.topics)) if ((t.replication_factor ?? 1) > 1) replicated.add(run.topics.find(name));
+  if (replicated.size === 0) return out;
+  const ops = run.ops;
+  const pairs = new Map<number, Array<[number, number]>>();
+  for (let op = 0; op < ops.length; op++) {
+    const f = ops.f[op]!;
+    if (ops.outcome[op] !== O_OK || !replicated.has(ops.topic[op]!) || ops.partition[op]! < 0) continue;
+    if (!(f === F_PRODUCE || (f === F_CONSUME && ops.msg[op]! >= 0))) continue;
+    const k = keyOf(ops.topic[op]!, ops.partition[op]!);
+    let list = pairs.get(k);
+    if (list === undefined) pairs.set(k, (list = []));
+    list.push([ops.offset[op]!, op]);
+  }
+  for (const t of replicated) for (let p = 0; p < (run.config.topics[run.topics.name(t)]?.partitions ?? 0); p++) if (!pairs.has(keyOf(t, p))) pairs.set(keyOf(t, p), []);
+  for (const [k, list] of pairs) {
+    list.sort((a, b) => a[0] - b[0]);
+    out.set(k, { offsets: list.map((x) => x[0]), ops: list.map((x) => x[1]) });
+  }
+  return out;
+}
+
+/** The first index of `a` (sorted) holding a value ≥ x. */
+function firstAtLeast(a: number[], x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** A replay of a replicated partition: nonmonotonic as anywhere; a skip only over an offset named elsewhere. */
+function judgeWithHoles(named: Named, from: number, offs: number[], report: (name: AnomalyName, shown: number[], explanation: string) => void, op: number): void {
+  // An offset k with lo ≤ k < hi that a 202 or a delivery named, or -1.
+  const namedIn = (lo: number, hi: number): number => {
+    const i = firstAtLeast(named.offsets, lo);
+    return i < named.offsets.length && named.offsets[i]! < hi ? i : -1;
+  };
+  for (let i = 0; i < offs.length; i++) {
+    if (i === 0 && offs[0]! < from) return report("nonmonotonic", [op], `asked from offset ${from}, answered offset ${offs[0]} first`);
+    if (i > 0 && offs[i]! <= offs[i - 1]!) return report("nonmonotonic", [op], `offset ${offs[i]} follows offset ${offs[i - 1]}`);
+    const lo = i === 0 ? from : offs[i - 1]! + 1;
+    const k = namedIn(lo, offs[i]!);
+    if (k >= 0) {
+      return report(
+        "skip",
+        [op, named.ops[k]!],
+        i === 0 ? `asked from offset ${from}, answered from ${offs[0]}, over offset ${named.offsets[k]} that a 202 or a delivery named` : `jumped from offset ${offs[i - 1]} to ${offs[i]}, over offset ${named.offsets[k]} that a 202 or a delivery named`,
+      );
     }
   }
 }

@@ -67,6 +67,10 @@ export interface ChildConfig {
 export interface TopicConfig {
   partitions: number;
   visibility_timeout_ms?: number;
+  /** Optional: copies of each partition (above 1: a replicated topic, judged with the failover rule). */
+  replication_factor?: number;
+  /** Optional: what a 202 waited for on a replicated topic. */
+  acks?: "leader" | "quorum";
 }
 
 /** The value of the first line: what the checker needs to know about the run. */
@@ -83,6 +87,19 @@ export interface ConfigValue {
    * without it, ack_flush_ms.
    */
   copy_timeout_ms?: number;
+  /**
+   * Optional: how far behind its leader a follower's copy of the acks may be on a replicated
+   * topic (beyond the shipping interval, ack_flush_ms). The failover rule explains a forgotten
+   * ack within ack_flush_ms + replication_lag_ms of the failover; without it, ack_flush_ms.
+   */
+  replication_lag_ms?: number;
+  /**
+   * Optional: how long after an outage of a follower or its leader ends (a start, resume or
+   * heal) the acks queued for the follower may take to reach it, the leader joining it again
+   * first. The follower rule (a crash of a follower that later leads) uses it; without it,
+   * replication_lag_ms (or ack_flush_ms).
+   */
+  replication_rejoin_ms?: number;
   [extra: string]: unknown;
 }
 

@@ -106,6 +106,8 @@ function validateConfig(value: Record<string, unknown>): void {
   needNonnegNumber(value, "ack_sync_ms", where);
   const vt = needNonnegNumber(value, "visibility_timeout_ms", where);
   optNumber(value, "copy_timeout_ms", where, 0);
+  optNumber(value, "replication_lag_ms", where, 0);
+  optNumber(value, "replication_rejoin_ms", where, 0);
   if (vt === 0) problem("config: visibility_timeout_ms must be above 0");
   const topics = value["topics"];
   if (topics === undefined) problem("config: missing field topics");
@@ -116,6 +118,9 @@ function validateConfig(value: Record<string, unknown>): void {
     const partitions = needUint(t, "partitions", w);
     if (partitions === 0) problem(`${w}: partitions must be at least 1`);
     optNumber(t, "visibility_timeout_ms", w, 0);
+    optNumber(t, "replication_factor", w, 1);
+    const acks = t["acks"];
+    if (acks !== undefined && acks !== "leader" && acks !== "quorum") problem(`${w}: acks must be "leader" or "quorum", not ${describe(acks)}`);
   }
   const children = value["children"];
   if (children === undefined) return;

@@ -96,6 +96,11 @@ export interface StopEvidence {
   sigkill_needed: boolean;
   /** The boot id of the process that stopped (not a new boot: the checker must not read it as one). */
   killed_boot: string | null;
+  /**
+   * kill only: the node ran in the test-only power-loss mode, so the kill lost what a power loss
+   * would (unsynced writes lived in its memory); the checker gives it the power-loss window.
+   */
+  power_loss_mode?: true;
 }
 
 export interface PowerLossEvidence extends StopEvidence {
@@ -424,6 +429,7 @@ export class NodeProcess {
       duration_ms: Math.round(performance.now() - t0),
       sigkill_needed: true,
       killed_boot: killedBoot,
+      ...(this.powerLossMode ? { power_loss_mode: true as const } : {}),
     };
   }
 

@@ -64,6 +64,41 @@ describe("fault proxy", () => {
     await waitUntil(() => p.counters().connectionsActive === 0, "the proxy to forget the connection");
   });
 
+  test("a cut by source holds only the connections whose first request names that node, and healFrom lets them go", async () => {
+    const p = await proxy();
+    const fromN1 = await client(p);
+    const fromN2 = await client(p);
+    const plain = await client(p);
+    const head = (node: string | null) => `POST /internal/v1/x HTTP/1.1\r\nhost: h\r\n${node === null ? "" : `Narad-Forwarded-By: ${node}\r\n`}content-length: 0\r\n\r\n`;
+    // The sources are learnt from the first bytes, before any cut.
+    fromN1.socket.write(head("n1"));
+    fromN2.socket.write(head("n2"));
+    plain.socket.write(head(null));
+    await fromN1.whenBytes(head("n1").length);
+    await fromN2.whenBytes(head("n2").length);
+    await plain.whenBytes(head(null).length);
+    p.cutFrom("n1");
+    assert.deepEqual(p.cutSources(), ["n1"]);
+    fromN1.socket.write("held");
+    fromN2.socket.write("flows");
+    plain.socket.write("flows too");
+    await fromN2.whenBytes(head("n2").length + 5);
+    await plain.whenBytes(head(null).length + 9);
+    await waitUntil(() => p.counters().upstream.bytesQueued === 4, "the proxy to hold n1's bytes");
+    assert.equal(fromN1.bytes(), head("n1").length);
+    assert.equal(p.counters().connectionsCutBySource, 1);
+    // A new connection from the cut source is held from its first request on.
+    const late = await client(p);
+    late.socket.write(head("n1"));
+    await waitUntil(() => p.counters().connectionsCutBySource === 2, "the new connection of n1 to be held");
+    assert.equal(late.bytes(), 0);
+    p.healFrom("n1");
+    await fromN1.whenBytes(head("n1").length + 4);
+    await late.whenBytes(head("n1").length);
+    assert.equal(fromN1.data().toString().slice(-4), "held");
+    assert.equal(p.counters().connectionsCutBySource, 0);
+  });
+
   test("an upstream cut holds bytes in the proxy and heal delivers them in order", async () => {
     const p = await proxy();
     const c = await client(p);

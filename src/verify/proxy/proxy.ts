@@ -25,6 +25,13 @@
 //                holding at most BANDWIDTH_BURST_MS worth of tokens and starting empty, so
 //                sending N bytes takes at least (N − burst) / rate seconds.
 //     slicer     chunks are written in pieces of at most `sliceBytes`, `sliceDelayMs` apart.
+// - A cut by source (`cutFrom(node)`): only the connections a given cluster node opened are cut,
+//   both directions, held as a cut holds them. A node is recognised by the `narad-forwarded-by`
+//   header of the first request on the connection (every request between Narad's nodes carries
+//   it; a pooled keep-alive connection belongs to one node for its life). It exists because a
+//   node's advertised address is the same for every peer: to cut the line from a leader to its
+//   followers without cutting the followers from each other, the proxy in front of each follower
+//   holds only the leader's connections.
 // - Memory is bounded: outside a cut a pipe stops reading its source past `queueBytesHighWater`
 //   (TCP back-pressure does the rest); during a cut the bound is `cutBufferBytesMax` and the
 //   answer at the bound is dropping the connection (counted in `connectionsDropped`).
@@ -60,6 +67,10 @@ export const TOXIC_LIMITS = {
   sliceBytesMax: 1_048_576,
   sliceDelayMsMax: 60_000,
 } as const;
+
+/** How far into a connection's first bytes the proxy looks for the source node's header. */
+export const SOURCE_SNIFF_BYTES_MAX = 16 * 1024;
+const SOURCE_HEADER_RE = /\r\nnarad-forwarded-by:[ \t]*([^\r\n]*?)[ \t]*\r\n/i;
 
 /** A bucket holds at most this many milliseconds' worth of tokens: the largest burst. */
 export const BANDWIDTH_BURST_MS = 20;
@@ -114,6 +125,8 @@ export interface ProxyCounters {
   connectionsRefused: number;
   /** Upstream connects that failed (target down); the client got an RST. */
   upstreamConnectFailures: number;
+  /** Open connections held now by a cut of their source node (cutFrom). */
+  connectionsCutBySource: number;
   upstream: DirectionCounters;
   downstream: DirectionCounters;
 }
@@ -129,6 +142,12 @@ export interface Proxy {
   heal(direction?: DirectionSpec): void;
   /** Shorthand for setToxic(direction, { kind: "cut" }). */
   cut(direction?: DirectionSpec): void;
+  /** Cuts, both directions, the connections node `source` opened (see the design note). */
+  cutFrom(source: string): void;
+  /** Ends the cut of one source, or of every source; held bytes flow. */
+  healFrom(source?: string): void;
+  /** The sources cut now. */
+  cutSources(): string[];
   toxics(): Record<Direction, Toxic[]>;
   counters(): ProxyCounters;
   /** Stops listening and destroys every connection. */
@@ -238,11 +257,12 @@ class Pipe {
     if (this.dead) return;
     const st = this.state;
     st.bytesReceived += chunk.length;
+    if (st.direction === "upstream") this.conn.sniff(chunk);
     const dueMs = this.proxy.nowMs() + this.proxy.delayFor(st);
-    if (st.isCut || st.toxics.has("latency")) st.bytesDelayed += chunk.length;
+    if (st.isCut || st.toxics.has("latency") || this.conn.cutBySource()) st.bytesDelayed += chunk.length;
     this.queue.push({ data: chunk, dueMs });
     this.queuedBytes += chunk.length;
-    if (st.isCut) {
+    if (st.isCut || this.conn.cutBySource()) {
       if (this.queuedBytes > this.proxy.cutBufferBytesMax) {
         this.conn.drop();
         return;
@@ -281,7 +301,7 @@ class Pipe {
     for (;;) {
       if (this.dead || this.timer || this.waitingDrain || !this.dest) return;
       const st = this.state;
-      if (st.isCut) return;
+      if (st.isCut || this.conn.cutBySource()) return;
       const head = this.queue[0];
       if (!head) {
         if (this.src.isPaused()) this.src.resume();
@@ -358,6 +378,9 @@ class Connection {
   private serverClosed = false;
   private finished = false;
   held = false;
+  /** The cluster node that opened it (its first request's narad-forwarded-by), null: none; undefined: not known yet. */
+  source: string | null | undefined = undefined;
+  private sniffed = "";
 
   constructor(
     private readonly proxy: ProxyImpl,
@@ -370,6 +393,21 @@ class Connection {
       this.clientClosed = true;
       this.afterClose(this.up);
     });
+  }
+
+  /** Learns the source node from the first request's head (bounded by SOURCE_SNIFF_BYTES_MAX). */
+  sniff(chunk: Buffer): void {
+    if (this.source !== undefined) return;
+    this.sniffed += chunk.toString("latin1", 0, Math.min(chunk.length, SOURCE_SNIFF_BYTES_MAX - this.sniffed.length));
+    const m = SOURCE_HEADER_RE.exec(this.sniffed);
+    const headEnd = this.sniffed.indexOf("\r\n\r\n");
+    if (m !== null && (headEnd < 0 || m.index < headEnd)) this.source = m[1]!;
+    else if (headEnd >= 0 || this.sniffed.length >= SOURCE_SNIFF_BYTES_MAX) this.source = null;
+    if (this.source !== undefined) this.sniffed = "";
+  }
+
+  cutBySource(): boolean {
+    return typeof this.source === "string" && this.proxy.sourcesCut.has(this.source);
   }
 
   connect(): void {
@@ -463,6 +501,7 @@ class ProxyImpl implements Proxy {
   readonly nowMs: () => number;
   private readonly random: () => number;
   private readonly connections = new Set<Connection>();
+  readonly sourcesCut = new Set<string>();
   private readonly server: net.Server;
   address: { host: string; port: number } = { host: "", port: 0 };
   readonly target: { host: string; port: number };
@@ -563,6 +602,22 @@ class ProxyImpl implements Proxy {
     this.setToxic(direction, { kind: "cut" });
   }
 
+  cutFrom(source: string): void {
+    if (typeof source !== "string" || source === "") throw new RangeError("cutFrom needs a node id");
+    this.sourcesCut.add(source);
+    this.kickAll();
+  }
+
+  healFrom(source?: string): void {
+    if (source === undefined) this.sourcesCut.clear();
+    else this.sourcesCut.delete(source);
+    this.kickAll();
+  }
+
+  cutSources(): string[] {
+    return [...this.sourcesCut];
+  }
+
   private kickAll(): void {
     const upCut = this.dir.upstream.isCut;
     for (const c of [...this.connections]) {
@@ -581,9 +636,11 @@ class ProxyImpl implements Proxy {
   counters(): ProxyCounters {
     const nowMs = this.nowMs();
     let held = 0;
+    let cutBySource = 0;
     const queued: Record<Direction, number> = { upstream: 0, downstream: 0 };
     for (const c of this.connections) {
       if (c.held) held++;
+      if (c.cutBySource()) cutBySource++;
       queued.upstream += c.up.queuedBytes;
       queued.downstream += c.down?.queuedBytes ?? 0;
     }
@@ -606,6 +663,7 @@ class ProxyImpl implements Proxy {
       connectionsDropped: this.connectionsDropped,
       connectionsRefused: this.connectionsRefused,
       upstreamConnectFailures: this.upstreamConnectFailures,
+      connectionsCutBySource: cutBySource,
       upstream: dc("upstream"),
       downstream: dc("downstream"),
     };
@@ -641,6 +699,7 @@ export function countersToJson(c: ProxyCounters): Record<string, unknown> {
     connections_dropped: c.connectionsDropped,
     connections_refused: c.connectionsRefused,
     upstream_connect_failures: c.upstreamConnectFailures,
+    connections_cut_by_source: c.connectionsCutBySource,
     upstream: dir(c.upstream),
     downstream: dir(c.downstream),
   };

@@ -65,6 +65,10 @@ import {
   type RunSystem,
 } from "./systems.js";
 import { LoadCycle, type CycleSpec, type CycleTarget } from "./cycle.js";
+import { FailoverNemesis, isReplicatedFaultKind, needsPowerLoss, type FailoverTarget, type ReplicatedFaultKind } from "./failover.js";
+import type { RunFaultKind } from "./protocol.js";
+import type { Proxy } from "../proxy/index.js";
+import { createServer } from "node:net";
 
 export const MAIN_TOPIC = "t";
 export const PROBE_TOPIC = "probe";
@@ -114,6 +118,35 @@ export const FORWARD_TIMEOUT_MS = 5_000;
  */
 export const REMOTE_PUSH_TIMEOUT_MS = 10_000;
 
+/**
+ * A replicated run's cluster settings: short leases, so a failover takes about two seconds (the
+ * lease, then an election within ELECTION_CHECK_MS), and a write waits for its acks mode at most
+ * two seconds before `503 no_quorum`, well within a worker's request timeout.
+ */
+export const REPLICATED_ENV: Readonly<Record<string, string>> = {
+  NARAD_CLUSTER_HEARTBEAT_INTERVAL_MS: "200",
+  NARAD_CLUSTER_NODE_LEASE_MS: "1500",
+  NARAD_CLUSTER_LEASE_SAFETY_MARGIN_MS: "200",
+  NARAD_CLUSTER_RESYNC_INTERVAL_MS: "1000",
+  NARAD_REPLICATION_ACK_TIMEOUT_MS: "2000",
+};
+/** A pause or an isolation of a leader is held at least this long: the lease (1.5 s), an election, and margin. */
+export const FAILOVER_HOLD_MIN_MS = 3_000;
+/**
+ * The replication lag a replicated run allows the followers' copy of the acks (the config's
+ * replication_lag_ms): acks ship every ack_flush_ms, one request at a time per follower, and on
+ * a loaded two-core machine a request can wait that long. A failover explains a forgotten ack
+ * within ack_flush_ms plus this (the checker's failover rule).
+ */
+export const REPLICATION_LAG_MS = 1_000;
+/**
+ * The config's replication_rejoin_ms: after a follower (or its leader) is back from an outage, the
+ * acks queued for it wait for the leader to join it again, whose retries back off up to 2 s
+ * (REPLICATION_LIMITS.backoffMaxMs in src/cluster/replication/leader.ts), then for the next
+ * shipping interval; with the lag of a loaded machine on top.
+ */
+export const REPLICATION_REJOIN_MS = 3_000;
+
 /** Nodes of a remote child's other cluster when the system under test is a cluster (r1, r2). */
 export const REMOTE_CLUSTER_NODES = 2;
 
@@ -156,8 +189,12 @@ export interface RunOptions {
   // Knobs for calibration and tests; each overrides one field of the workload's profile.
   /** Seeded broker bugs (NARAD_TEST_BUGS), for calibration. */
   bugs?: string[];
-  /** Fault kinds of the schedule; [] runs without faults. */
-  faults?: InjectedFaultKind[];
+  /** Fault kinds of the schedule; [] runs without faults. On a replicated topic, failover.ts's kinds. */
+  faults?: RunFaultKind[];
+  /** Copies of each partition of the main topic (above 1 needs --nodes at least that many); the workload's by default. */
+  replicationFactor?: number;
+  /** A replicated main topic's acks mode; default quorum. */
+  acks?: "leader" | "quorum";
   faultIntervalMs?: number;
   faultHoldMs?: number;
   /** Which nodes the faults hit (see FaultSchedule). */
@@ -244,6 +281,9 @@ interface ResolvedRun {
   remote: boolean;
   /** Nodes of the remote child's system (0: none). */
   remoteNodes: number;
+  /** Above 1: the main topic is replicated and the faults are the leader's (failover.ts). */
+  replicationFactor: number;
+  acks: "leader" | "quorum";
 }
 
 function resolveRun(o: RunOptions): ResolvedRun {
@@ -263,6 +303,8 @@ function resolveRun(o: RunOptions): ResolvedRun {
     ...(o.prober !== undefined ? { prober: o.prober } : {}),
     ...(o.children !== undefined ? { children: o.children } : {}),
     ...(o.cycle !== undefined ? { cycle: o.cycle } : {}),
+    ...(o.replicationFactor !== undefined ? { replicationFactor: o.replicationFactor } : {}),
+    ...(o.acks !== undefined ? { acks: o.acks } : {}),
   };
   if (profile.payloadBytesMax < profile.payloadBytesMin) profile.payloadBytesMax = profile.payloadBytesMin;
   const nodes = o.nodes ?? 1;
@@ -288,14 +330,44 @@ function resolveRun(o: RunOptions): ResolvedRun {
     };
   }
   if (faults !== null && o.faultTargets !== undefined) faults = { ...faults, targets: o.faultTargets };
-  if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
-  if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
+  const rf = profile.replicationFactor;
+  if (!Number.isInteger(rf) || rf < 1 || rf > 5) throw new RangeError("--replication-factor must be 1 to 5");
+  if (rf > 1) {
+    if (nodes < rf) throw new RangeError(`--replication-factor ${rf} needs --nodes ${rf} or more`);
+    if (profile.children.length > 0 || profile.cycle !== null) throw new RangeError("a replicated topic runs without children and load cycles");
+    if (faults !== null) {
+      // The leader's faults: a cut is the leader's isolation (from its followers and
+      // PostgreSQL); latency has no counterpart here.
+      const kinds = [...new Set(faults.kinds.map((k) => (k === "cut" ? "isolate" : k)).filter((k) => k !== "latency"))];
+      for (const k of kinds) if (!isReplicatedFaultKind(k)) throw new RangeError(`fault ${k} is not one of a replicated topic's`);
+      faults = kinds.length === 0 ? null : { ...faults, kinds };
+    }
+    if (faults !== null && needsPowerLoss(faults.kinds as ReplicatedFaultKind[])) profile.powerLoss = true;
+    // Clients reach the nodes directly: the lines faults cut are the nodes' own (failover.ts).
+    profile.proxy = false;
+  } else {
+    if (o.acks !== undefined) throw new RangeError("--acks goes with --replication-factor 2 or more");
+    if (profile.name === "failover") throw new RangeError("the failover workload needs --replication-factor 2 or more (and a cluster)");
+    if (faults !== null && faults.kinds.some((k) => isReplicatedFaultKind(k) && !["kill", "power-loss", "terminate", "pause"].includes(k))) {
+      throw new RangeError("isolate, pause-kill, lag-kill and lag-power-loss are faults of a replicated topic (--replication-factor)");
+    }
+    if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
+    if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
+  }
   // A replica lives on other nodes than its parent's: the workload's own is left out on one node.
   if (nodes === 1 && profile.children.some((c) => c.kind === "replica")) {
     if (o.children !== undefined) throw new RangeError("a replica child needs a cluster (--nodes 2 or more)");
     profile.children = profile.children.filter((c) => c.kind !== "replica");
   }
-  const topics: RunTopic[] = [{ name: MAIN_TOPIC, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: "main" }];
+  const topics: RunTopic[] = [
+    {
+      name: MAIN_TOPIC,
+      partitions: profile.partitions,
+      visibilityTimeoutMs: profile.visibilityTimeoutMs,
+      system: "main",
+      ...(rf > 1 ? { replicationFactor: rf, acks: profile.acks } : {}),
+    },
+  ];
   if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS, system: "main" });
   const names = new Set(topics.map((t) => t.name));
   for (const c of profile.children) {
@@ -332,6 +404,8 @@ function resolveRun(o: RunOptions): ResolvedRun {
     remote,
     // Another cluster for another cluster: two nodes when the system under test is a cluster.
     remoteNodes: remote ? (nodes > 1 ? REMOTE_CLUSTER_NODES : 1) : 0,
+    replicationFactor: rf,
+    acks: profile.acks,
   };
 }
 
@@ -341,7 +415,12 @@ export function verdictExitCode(v: Verdict): number {
 }
 
 function topicSpec(t: RunTopic): TopicSpec {
-  return { name: t.name, partitions: t.partitions, visibilityTimeoutMs: t.visibilityTimeoutMs };
+  return {
+    name: t.name,
+    partitions: t.partitions,
+    visibilityTimeoutMs: t.visibilityTimeoutMs,
+    ...(t.replicationFactor !== undefined ? { replicationFactor: t.replicationFactor, acks: t.acks! } : {}),
+  };
 }
 
 const WORKER_PATH = fileURLToPath(new URL("./worker.js", import.meta.url));
@@ -356,6 +435,18 @@ interface WorkerHandle {
   /** Resolves when the process exited, with its `stopped` error if it sent one. */
   exited: Promise<{ code: number | null; signal: string | null; stopped: boolean; error?: string }>;
   stderrTail: () => string;
+}
+
+/** A free loopback port (bound and released: another process could take it before the node does, rarely). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -427,6 +518,8 @@ interface RunState {
   readonly faultRecorder: FaultRecorder;
   readonly progress: RunProgressReporter;
   controlPlane: ControlPlaneServer | null;
+  /** A replicated run: every main node with the proxies of its peer address and its control-plane line. */
+  lines: FailoverTarget[];
   workers: WorkerHandle[];
   writer: HistoryWriter | null;
   nemesis: { start(): void; stop(): Promise<void> } | null;
@@ -507,7 +600,18 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
     // The longest a copier waits for the answer to a copy sent to another node (the checker's
     // re-copy rule), per child below: a push to the remote cluster, a forward to a child
     // partition's owner. On one node a local child's copy is an append: none.
-    topics: Object.fromEntries(run.topics.map((t) => [t.name, { partitions: t.partitions, visibility_timeout_ms: t.visibilityTimeoutMs }])),
+    topics: Object.fromEntries(
+      run.topics.map((t) => [
+        t.name,
+        {
+          partitions: t.partitions,
+          visibility_timeout_ms: t.visibilityTimeoutMs,
+          ...(t.replicationFactor !== undefined ? { replication_factor: t.replicationFactor, acks: t.acks! } : {}),
+        },
+      ]),
+    ),
+    // The acks' shipping lag the failover rule allows (replicated topics only).
+    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS, replication_rejoin_ms: REPLICATION_REJOIN_MS } : {}),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
     children:
@@ -535,6 +639,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
       power_loss_mode: profile.powerLoss,
       proxy: profile.proxy,
       faults: run.faults?.kinds ?? [],
+      ...(run.replicationFactor > 1 ? { replication_factor: run.replicationFactor, acks: run.acks } : {}),
     },
   };
 }
@@ -606,6 +711,7 @@ async function newRunState(opts: RunOptions): Promise<RunState> {
     },
     progress: new RunProgressReporter(tracker, t0, opts.onProgress),
     controlPlane: null,
+    lines: [],
     workers: [],
     get writer() {
       return writer;
@@ -640,6 +746,7 @@ async function startSystems(s: RunState): Promise<void> {
     NARAD_TEST_POWER_LOSS: profile.powerLoss ? "1" : "0",
     ...(opts.pendingSyncBytes !== undefined ? { NARAD_LIMITS_PENDING_SYNC_BYTES: String(opts.pendingSyncBytes) } : {}),
     ...(run.security ? { NARAD_ADMIN_PASSWORD: ADMIN_PASSWORD } : {}),
+    ...(run.replicationFactor > 1 ? REPLICATED_ENV : {}),
   };
   const clusterArgs: string[] = [];
   const remoteArgs: string[] = [];
@@ -651,6 +758,29 @@ async function startSystems(s: RunState): Promise<void> {
   for (let i = 0; i < run.nodes; i++) {
     const dataDir = join(s.tmp, `n${i + 1}`);
     await mkdir(dataDir, { recursive: true });
+    if (run.replicationFactor > 1) {
+      // The node's own lines go through proxies the faults can cut: its advertised address (every
+      // other node reaches it there) and its control-plane connection. Its port is chosen first,
+      // so the peer proxy knows where to forward before the node starts.
+      const port = await freePort();
+      const peerProxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: port });
+      const pgUrl = new URL(clusterArgs[1]!);
+      const controlPlaneProxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: pgUrl.hostname, targetPort: Number(pgUrl.port || 5432) });
+      pgUrl.hostname = "127.0.0.1";
+      pgUrl.port = String(controlPlaneProxy.address.port);
+      const node = new NodeProcess({
+        dataDir,
+        env,
+        port,
+        powerLoss: profile.powerLoss,
+        nodeId: `n${i + 1}`,
+        dev: !run.security,
+        extraArgs: ["--control-plane", pgUrl.toString(), "--advertise", `http://127.0.0.1:${peerProxy.address.port}`],
+      });
+      main.nodes.push(node);
+      s.lines.push({ node, peerProxy, controlPlaneProxy });
+      continue;
+    }
     main.nodes.push(new NodeProcess({ dataDir, env, powerLoss: profile.powerLoss, nodeId: `n${i + 1}`, dev: !run.security, extraArgs: clusterArgs }));
   }
   if (remote !== null) {
@@ -757,13 +887,29 @@ function startFaults(s: RunState): void {
   const targetsOf = (sys: RunSystem): CycleTarget[] => sys.nodes.map((node, i) => ({ node, role: sys.role, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}) }));
   const which = run.faults?.targets ?? "all";
   const targets: CycleTarget[] = which === "main" ? targetsOf(main) : which === "remote" ? targetsOf(remote!) : systems.flatMap(targetsOf);
-  if (profile.cycle !== null) {
+  if (run.faults !== null && run.replicationFactor > 1) {
+    s.nemesis = new FailoverNemesis({
+      targets: s.lines,
+      topic: MAIN_TOPIC,
+      partitions: profile.partitions,
+      seed: deriveSeed(s.seed, "nemesis"),
+      kinds: run.faults.kinds as ReplicatedFaultKind[],
+      intervalMs: run.faults.intervalMs,
+      intervalJitterMs: run.faults.intervalJitterMs,
+      holdMs: run.faults.holdMs,
+      holdJitterMs: run.faults.holdJitterMs,
+      failoverHoldMinMs: FAILOVER_HOLD_MIN_MS,
+      admin: main.admin,
+      record: s.faultRecorder,
+    });
+    s.nemesis.start();
+  } else if (profile.cycle !== null) {
     const producerWorkers = s.workers.filter((w) => w.spec.role.role === "producer");
     const copied = profile.children.filter((c) => c.kind !== "delay").map((c) => c.topic);
     s.nemesis = new LoadCycle({
       spec: profile.cycle,
       seed: deriveSeed(s.seed, "nemesis"),
-      faults: run.faults?.kinds ?? [],
+      faults: (run.faults?.kinds ?? []) as InjectedFaultKind[],
       targets,
       record: s.faultRecorder,
       ackFlushMs: run.ackFlushMs,
@@ -788,7 +934,7 @@ function startFaults(s: RunState): void {
     s.nemesis = new Nemesis({
       targets,
       seed: deriveSeed(s.seed, "nemesis"),
-      faults: run.faults.kinds,
+      faults: run.faults.kinds as InjectedFaultKind[],
       intervalMs: run.faults.intervalMs,
       intervalJitterMs: run.faults.intervalJitterMs,
       holdMs: run.faults.holdMs,
@@ -807,6 +953,7 @@ async function heal(s: RunState): Promise<void> {
     s.progress.set("heal");
     s.nemesisStopped = true;
     await s.nemesis.stop();
+    if (s.nemesis instanceof FailoverNemesis) for (const n of s.nemesis.skipped) if (s.notes.length < RUN_LIMITS.notesMax) s.notes.push(`fault skipped: ${n}`);
   }
   // Whatever the schedule left, every node runs and every line is clear before the drain.
   for (const sys of s.systems) {
@@ -856,7 +1003,8 @@ async function loadForDuration(s: RunState): Promise<void> {
       // Load cycles end after a burst has met the last faults' effect, the nemesis once it made
       // the faults asked for (both bounded by the grace).
       const nemesis = s.nemesis;
-      const settled = nemesis instanceof LoadCycle ? nemesis.settled : nemesis instanceof Nemesis ? nemesis.applied >= (s.opts.faultsMin ?? 0) : true;
+      const settled =
+        nemesis instanceof LoadCycle ? nemesis.settled : nemesis instanceof Nemesis || nemesis instanceof FailoverNemesis ? nemesis.applied >= (s.opts.faultsMin ?? 0) : true;
       if (settled || now >= runEnd + RUN_LIMITS.cycleSettleGraceMs) break;
     }
     await sleep(100, signal);
@@ -952,6 +1100,9 @@ async function cleanUp(s: RunState): Promise<void> {
   await Promise.all(s.workers.map((w) => w.exited.catch(() => undefined)));
   if (s.writer !== null) await s.writer.close().catch(() => undefined);
   for (const p of s.systems.flatMap((x) => x.proxies)) await p.close().catch(() => undefined);
+  // The nodes' own lines stay up until the nodes are gone (a node cut from PostgreSQL would only complain).
+  const lineProxies: Proxy[] = s.lines.flatMap((l) => [l.peerProxy, l.controlPlaneProxy]);
+  for (const p of lineProxies) p.heal();
   await Promise.all(
     allNodes(s).map(async (n) => {
       if (n.paused) await n.resume().catch(() => undefined);
@@ -959,6 +1110,7 @@ async function cleanUp(s: RunState): Promise<void> {
       await n.dispose();
     }),
   );
+  for (const p of lineProxies) await p.close().catch(() => undefined);
   // After the nodes: a cluster node whose control plane vanished first would only complain.
   if (s.controlPlane !== null) await s.controlPlane.stop().catch(() => undefined);
   const logs = s.systems

@@ -70,6 +70,9 @@ export interface TopicSpec {
   name: string;
   partitions: number;
   visibilityTimeoutMs: number;
+  /** Copies of each partition (a cluster only); default 1. */
+  replicationFactor?: number;
+  acks?: "leader" | "quorum";
 }
 
 export interface ProducerSpec {
@@ -141,8 +144,11 @@ export interface WorkerSpec {
 }
 
 /** Fault schedule of a workload (see the nemesis). */
+/** A fault a schedule may pick: the nemesis's, or on a replicated topic the leader's (failover.ts). */
+export type RunFaultKind = InjectedFaultKind | "isolate" | "pause-kill" | "lag-kill" | "lag-power-loss";
+
 export interface FaultSchedule {
-  kinds: InjectedFaultKind[];
+  kinds: RunFaultKind[];
   /** Which nodes: every node of the run (default), only the system under test, only the remote one. */
   targets?: "all" | "main" | "remote";
   intervalMs: number;

@@ -139,7 +139,15 @@ export async function createUsers(s: RunSystem, remoteTopics: string[]): Promise
 export async function createTopics(s: RunSystem, topics: TopicSpec[], signal?: AbortSignal): Promise<void> {
   await withClients([s.nodes[0]!.url], s.admin, async ([admin]) => {
     for (const t of topics) {
-      await must(`creating topic ${t.name}`, admin!.createTopic({ name: t.name, partitions: t.partitions, visibilityTimeoutMs: t.visibilityTimeoutMs }));
+      await must(
+        `creating topic ${t.name}`,
+        admin!.createTopic({
+          name: t.name,
+          partitions: t.partitions,
+          visibilityTimeoutMs: t.visibilityTimeoutMs,
+          ...(t.replicationFactor !== undefined && t.replicationFactor > 1 ? { replicationFactor: t.replicationFactor, ...(t.acks !== undefined ? { acks: t.acks } : {}) } : {}),
+        }),
+      );
     }
   });
   await waitTopicsServed(s, topics.map((t) => t.name), signal);

@@ -10,8 +10,8 @@
 import type { ConsumerMix, FaultSchedule } from "./protocol.js";
 import type { CycleSpec } from "./cycle.js";
 
-export type WorkloadName = "e2e" | "e2e-chaos" | "chaos" | "steady" | "power-loss" | "pause" | "partition" | "children";
-export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "e2e-chaos", "chaos", "steady", "power-loss", "pause", "partition", "children"];
+export type WorkloadName = "e2e" | "e2e-chaos" | "chaos" | "steady" | "power-loss" | "pause" | "partition" | "children" | "failover";
+export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "e2e-chaos", "chaos", "steady", "power-loss", "pause", "partition", "children", "failover"];
 
 /**
  * A child topic attached to the main topic before any produce. fanout, delay and replica children
@@ -73,6 +73,13 @@ export interface WorkloadProfile {
   proxy: boolean;
   /** Deadline of one request beyond its long-poll wait. */
   requestTimeoutMs: number;
+  /**
+   * Copies of each partition of the main topic (above 1: a cluster with at least that many
+   * nodes, faults aimed at the partitions' leaders by failover.ts); --replication-factor.
+   */
+  replicationFactor: number;
+  /** A replicated main topic's acks mode; --acks. */
+  acks: "leader" | "quorum";
 }
 
 const ACK_ONLY: ConsumerMix = { ack: 1, nack: 0, extend: 0, slow: 0, lapse: 0, late: 0 };
@@ -130,6 +137,8 @@ const BASE = {
   powerLoss: false,
   proxy: false,
   requestTimeoutMs: 5_000,
+  replicationFactor: 1,
+  acks: "quorum",
 } satisfies Omit<WorkloadProfile, "name" | "summary">;
 
 export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
@@ -223,7 +232,22 @@ export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
     faults: { kinds: ["terminate", "kill"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_000, holdJitterMs: 500 },
     cycle: null,
   },
+  failover: {
+    ...BASE,
+    name: "failover",
+    summary:
+      "a topic with 3 copies (quorum by default, --acks leader) on a cluster; in turn, its partitions' leaders are killed, powered off, frozen past their lease, cut from their followers and PostgreSQL, killed while a follower is frozen, killed after a follower fell behind, or killed while a follower loses power",
+    durationS: 40,
+    rate: 150,
+    replicationFactor: 3,
+    acks: "quorum",
+    // Long enough that a lease handed out just before a fault rarely lapses on its own.
+    visibilityTimeoutMs: 3_000,
+    faults: { kinds: ["kill", "power-loss", "pause", "isolate", "pause-kill", "lag-kill", "lag-power-loss"], intervalMs: 1_500, intervalJitterMs: 500, holdMs: 1_000, holdJitterMs: 300 },
+  },
 };
+
+// The failover workload sits in the table below; its faults are the leader's (failover.ts).
 
 export function isWorkloadName(s: string): s is WorkloadName {
   return (WORKLOAD_NAMES as readonly string[]).includes(s);
