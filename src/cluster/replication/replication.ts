@@ -494,45 +494,26 @@ export class Replication {
     const leaders = this.leaders;
     const counts = this.counts;
     const cp = this.o.cp;
-    new Gauge({
-      name: "narad_replication_lag_records",
-      help: "Records a follower lacks of what its leader (this node) holds, per partition led here",
-      labelNames: ["topic", "partition", "follower"],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const [key, l] of leaders) {
-          const i = key.lastIndexOf("/");
-          for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, x.records);
-        }
-      },
-    });
-    new Gauge({
-      name: "narad_replication_lag_seconds",
-      help: "How long a follower has been behind its leader (this node): 0 when it holds everything",
-      labelNames: ["topic", "partition", "follower"],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const [key, l] of leaders) {
-          const i = key.lastIndexOf("/");
-          for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, x.ms / 1000);
-        }
-      },
-    });
-    new Gauge({
-      name: "narad_replication_acks_pending",
-      help: "Acks taken by the leader (this node) that have not reached a follower yet",
-      labelNames: ["topic", "partition", "follower"],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const [key, l] of leaders) {
-          const i = key.lastIndexOf("/");
-          for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, x.acksPending);
-        }
-      },
-    });
+    type Lag = ReturnType<ReplicatedLog["lag"]>[number];
+    // One gauge per figure of each follower of each partition led here.
+    const perFollower = (name: string, help: string, value: (x: Lag) => number): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ["topic", "partition", "follower"],
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const [key, l] of leaders) {
+            const i = key.lastIndexOf("/");
+            for (const x of l.lag()) this.set({ topic: key.slice(0, i), partition: key.slice(i + 1), follower: x.follower }, value(x));
+          }
+        },
+      });
+    };
+    perFollower("narad_replication_lag_records", "Records a follower lacks of what its leader (this node) holds, per partition led here", (x) => x.records);
+    perFollower("narad_replication_lag_seconds", "How long since a follower was last caught up with its leader (this node): 0 when it holds everything", (x) => x.ms / 1000);
+    perFollower("narad_replication_acks_pending", "Acks taken by the leader (this node) that have not reached a follower yet", (x) => x.acksPending);
     new Gauge({
       name: "narad_under_replicated_partitions",
       help: "Partitions led here whose in_sync replicas are fewer than their replica set",

@@ -17,6 +17,7 @@ export {
   Nemesis,
   applyFault,
   restoreTarget,
+  interruptibleSleep,
   planFaults,
   planStep,
   INJECTED_FAULT_KINDS,

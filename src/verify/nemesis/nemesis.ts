@@ -229,16 +229,7 @@ export class Nemesis {
   }
 
   private sleep(ms: number): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.wake = null;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wake = done;
-    });
+    return interruptibleSleep(ms, this.stopping, (w) => (this.wake = w));
   }
 
   private async run(): Promise<void> {
@@ -264,4 +255,21 @@ export class Nemesis {
     await this.loop;
     for (const t of this.opts.targets) await restoreTarget(this.opts.record, t);
   }
+}
+
+/**
+ * A nemesis's wait between faults: `ms`, or until the wake it hands to `setWake` is called (a
+ * stop). Resolves at once when already stopping.
+ */
+export function interruptibleSleep(ms: number, stopping: boolean, setWake: (wake: (() => void) | null) => void): Promise<void> {
+  if (stopping) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      setWake(null);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    setWake(done);
+  });
 }

@@ -28,7 +28,7 @@
 //   each step, as the ordinary nemesis does.
 
 import { Narad } from "../../client/index.js";
-import { applyFault, restoreTarget, type FaultRecorder, type NemesisTarget } from "../nemesis/index.js";
+import { applyFault, interruptibleSleep, restoreTarget, type FaultRecorder, type NemesisTarget } from "../nemesis/index.js";
 import { Prng } from "../nemesis/prng.js";
 import { countersToJson, type Proxy } from "../proxy/index.js";
 import type { Credentials } from "./protocol.js";
@@ -119,16 +119,7 @@ export class FailoverNemesis {
   }
 
   private sleep(ms: number): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.wake = null;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wake = done;
-    });
+    return interruptibleSleep(ms, this.stopping, (w) => (this.wake = w));
   }
 
   /** Who leads `partition` now and who follows, by the first node that answers. */
