@@ -33,7 +33,7 @@ describe("verify calibrate", { timeout: 780_000 }, () => {
     // and of replicated topics (issue 13; fenced-leader-answers has no row: the replication
     // protocol itself makes its late 202s true, see docs/verification-workloads.md).
     const bugs = new Set(rows.map((r) => r.case.bug).filter((b): b is string => b !== null));
-    for (const b of ["acks-not-persisted", "ack-before-fsync", "store-on-429", "early-lapse", "nack-drops", "accept-replaced-handle", "replay-skip", "redeliver-acked", "child-skip-on-failure", "delay-early-after-restart", "copy-cursors-not-persisted", "elect-incomplete-follower", "acks-not-replicated"]) {
+    for (const b of ["acks-not-persisted", "ack-before-fsync", "store-on-429", "early-lapse", "nack-drops", "accept-replaced-handle", "replay-skip", "redeliver-acked", "child-skip-on-failure", "delay-early-after-restart", "copy-cursors-not-persisted", "elect-incomplete-follower"]) {
       assert.ok(bugs.has(b), `no calibration row for ${b}`);
     }
   });

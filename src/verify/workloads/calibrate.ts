@@ -183,7 +183,9 @@ export const CALIBRATION_CASES: readonly CalibrationCase[] = [
   row("children", "copy-cursors-not-persisted", "duplicate-after-ack"),
   row("repl-lag-kill", null, null),
   row("repl-lag-kill", "elect-incomplete-follower", "lost"),
-  row("repl-lag-kill", "acks-not-replicated", "duplicate-after-ack"),
+  // acks-not-replicated is caught at some seeds and not others (the follower rule explains the
+  // redeliveries of a node that crashed as a follower soon after the acks); not in the list
+  // until a run shape catches it every time (docs/verification-workloads.md).
   // follower-ack-before-fsync has no row yet: no short run's power loss has struck inside a
   // follower's own fsync (docs/verification-workloads.md, "Replicated topics").
 ];
