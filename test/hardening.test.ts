@@ -350,6 +350,13 @@ test("a garbage children.cursors was not logged and the copier copied the parent
   }
 });
 
+/** A graceful stop exits 0; anything else says how it ended and what the node printed. */
+async function stoppedCleanly(node: RunningNode): Promise<void> {
+  const code = await node.stop();
+  const { signal } = await node.exited;
+  assert.equal(code, 0, `the node's graceful stop ended with code ${code}, signal ${signal}:\n${node.output().slice(-4000)}`);
+}
+
 test("a deleted node.json was regenerated silently with a new id and secret: beside topics the start is refused with one line, a corrupt one too, and --new-identity or the restored file starts it", async () => {
   const dir = await tempDir();
   try {
@@ -359,7 +366,7 @@ test("a deleted node.json was regenerated silently with a new id and secret: bes
     assert.equal((JSON.parse(saved.toString()) as { node_id: string }).node_id, node.nodeId);
     assert.equal((await fetch(`${node.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "kept", partitions: 1 }) })).status, 201);
     assert.equal((await fetch(`${node.url}/v1/topics/kept/messages`, { method: "POST", body: "m" })).status, 202);
-    assert.equal(await node.stop(), 0);
+    await stoppedCleanly(node);
     const start = (...extra: string[]) => runNarad(["server", "start", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0", ...extra]);
     const oneLine = (r: { code: number | null; stderr: string }, re: RegExp) => {
       assert.notEqual(r.code, 0);
@@ -377,7 +384,7 @@ test("a deleted node.json was regenerated silently with a new id and secret: bes
     await writeFile(idFile, saved); // restored from a backup: the same node
     node = await startNode({ dataDir: dir });
     assert.equal((JSON.parse(saved.toString()) as { node_id: string }).node_id, node.nodeId);
-    assert.equal(await node.stop(), 0);
+    await stoppedCleanly(node);
 
     await rm(idFile);
     node = await startNode({ dataDir: dir, args: ["--new-identity"] }); // the operator's word
