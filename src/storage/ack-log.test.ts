@@ -248,3 +248,26 @@ test("garbage ack files never crash open", async () => {
     await again.close();
   });
 });
+
+test("ackRange takes a leader's whole ack state (a follower rejoining): it survives a reopen, and settledRanges lists what is above the floor", async () => {
+  await withTempDir(async (dir) => {
+    const log = await openAckLog(dir, ackOptions());
+    log.ackRange(0, 5); // from the floor: raises it
+    log.ackRange(10, 20);
+    log.ackRange(15, 30); // overlapping: merged
+    log.ack(40);
+    log.ackRange(50, 50); // empty: nothing
+    assert.equal(log.floor, 5);
+    assert.deepEqual(log.settledRanges(10), { floor: 5, ranges: [[10, 30], [40, 41]] });
+    assert.deepEqual(log.settledRanges(1).ranges, [[10, 30]], "at most rangesMax ranges");
+    await log.close();
+    const again = await openAckLog(dir, ackOptions());
+    try {
+      assert.equal(again.floor, 5);
+      assert.ok(again.isAcked(12) && again.isAcked(29) && !again.isAcked(30) && again.isAcked(40) && !again.isAcked(7));
+      assert.deepEqual(again.settledRanges(10), { floor: 5, ranges: [[10, 30], [40, 41]] });
+    } finally {
+      await again.close();
+    }
+  });
+});

@@ -143,6 +143,17 @@ class EntryBuffer {
     this.counts.push(1);
   }
 
+  pushRange(start: number, count: number): void {
+    while (count > 0) {
+      const n = Math.min(count, U32_MAX);
+      this.kinds.push(KIND_RANGE);
+      this.offsets.push(start);
+      this.counts.push(n);
+      start += n;
+      count -= n;
+    }
+  }
+
   pushFloor(offset: number): void {
     this.kinds.push(KIND_FLOOR);
     this.offsets.push(offset);
@@ -335,6 +346,24 @@ export class FileAckLog implements AckLog {
     if (!this.set.add(offset)) return;
     this.pending.pushAck(offset);
     this.boundPending();
+  }
+
+  ackRange(start: number, end: number): void {
+    if (!(Number.isSafeInteger(start) && Number.isSafeInteger(end) && start >= 0 && end >= start)) assert.fail(`bad range ${start}..${end}`);
+    if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
+    const from = Math.max(start, this.set.floor);
+    if (from >= end) return;
+    this.set.addRange(from, end);
+    this.pending.pushRange(from, end - from);
+    this.boundPending();
+  }
+
+  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
+    const ranges: [number, number][] = [];
+    this.set.forEachRange((s, e) => {
+      if (ranges.length < rangesMax) ranges.push([s, e]);
+    });
+    return { floor: this.set.floor, ranges };
   }
 
   raiseFloor(offset: number): void {

@@ -150,6 +150,10 @@ export interface AckLog {
   ack(offset: number): void;
   /** Raises the floor, e.g. to the log's earliestOffset after retention. */
   raiseFloor(offset: number): void;
+  /** Marks [start, end) acked (a follower taking its leader's whole ack state). Idempotent. */
+  ackRange(start: number, end: number): void;
+  /** The floor and the acked ranges above it ([start, end), in order), at most `rangesMax` of them. */
+  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] };
   /** Number of acked offsets at or above the floor (for metrics). */
   readonly ackedAboveFloor: number;
   /** Writes and fsyncs every buffered ack now (SIGTERM path). */

@@ -162,13 +162,14 @@ export class FollowerReplica {
   }
 
   /** The leader's acks and copy cursors, applied here; they reach the disk on their own schedules. */
-  applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = []): Promise<void> {
-    return this.serially(() => this.applyAcksNow(epoch, floor, acked, cursors));
+  applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = [], ranges: readonly (readonly [number, number])[] = []): Promise<void> {
+    return this.serially(() => this.applyAcksNow(epoch, floor, acked, cursors, ranges));
   }
 
-  private async applyAcksNow(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[]): Promise<void> {
+  private async applyAcksNow(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[], ranges: readonly (readonly [number, number])[]): Promise<void> {
     if (epoch < this.epoch) return;
     if (floor > this.acks.floor) this.acks.raiseFloor(floor);
+    for (const [start, end] of ranges) this.acks.ackRange(start, end);
     for (const o of acked) this.acks.ack(o);
     for (const u of cursors) {
       if (u.next === null) {

@@ -47,6 +47,8 @@ export const REPLICATION_LIMITS = {
   shipBytesMax: 4 * 1024 * 1024,
   shipRecordsMax: 10_000,
   ackQueueOffsetsMax: 1_000_000,
+  /** Acked ranges above the floor sent to a follower when it joins (its whole ack state). */
+  joinAckRangesMax: 100_000,
   ackShipOffsetsMax: 50_000,
   backoffMinMs: 50,
   backoffMaxMs: 2000,
@@ -92,6 +94,8 @@ interface Waiter {
 interface AckBatch {
   floor: number;
   acked: number[];
+  /** A follower's whole ack state, sent when it joins: ranges above the floor. */
+  ranges?: [number, number][];
   /** Copy cursors of child topics changed since the last batch: null `next` removes one. */
   cursors: CursorUpdate[];
 }
@@ -536,6 +540,7 @@ export class ReplicatedLog implements PartitionLog {
     l.next = l.match;
     l.joined = true;
     if (l.match >= this.inner.endOffset) l.caughtUpMono = this.c.clock.monoMs();
+    this.sendAckState(l);
     l.backoffMs = 0;
     this.log.info({ follower: l.node, end: l.match }, "follower joined");
     this.recompute();
@@ -608,6 +613,18 @@ export class ReplicatedLog implements PartitionLog {
     if (floor > this.ackFloor) this.ackFloor = floor;
   }
 
+  /**
+   * A follower that joins gets the leader's whole ack state (floor and acked ranges), so acks it
+   * lost in a crash before its ack log synced them come back, rather than only those acked later.
+   */
+  private sendAckState(l: Link): void {
+    if (this.c.acksNotShipped === true || l.stale) return;
+    const { floor, ranges } = this.acks.settledRanges(REPLICATION_LIMITS.joinAckRangesMax);
+    l.ackQueue.unshift({ floor, acked: [], ranges, cursors: [] });
+    l.ackQueued += ranges.length;
+    void this.sendAcks(l);
+  }
+
   noteCursor(u: CursorUpdate): void {
     this.cursorsDirty.set(u.child, u);
   }
@@ -634,7 +651,7 @@ export class ReplicatedLog implements PartitionLog {
       l.ackQueued += batch.acked.length;
       while (l.ackQueued > REPLICATION_LIMITS.ackQueueOffsetsMax && l.ackQueue.length > 1) {
         const dropped = l.ackQueue.shift()!;
-        l.ackQueued -= dropped.acked.length;
+        l.ackQueued -= dropped.acked.length + (dropped.ranges?.length ?? 0);
         this.log.warn({ follower: l.node, dropped: dropped.acked.length }, "acks for an unreachable follower over their bound were dropped; a failover to it would redeliver those messages");
       }
       void this.sendAcks(l);
@@ -648,15 +665,17 @@ export class ReplicatedLog implements PartitionLog {
       while (l.ackQueue.length > 0 && !l.stale) {
         const take: AckBatch[] = [];
         let n = 0;
-        while (l.ackQueue.length > 0 && (take.length === 0 || n + l.ackQueue[0]!.acked.length <= REPLICATION_LIMITS.ackShipOffsetsMax)) {
+        const size = (b: AckBatch): number => b.acked.length + (b.ranges?.length ?? 0);
+        while (l.ackQueue.length > 0 && (take.length === 0 || n + size(l.ackQueue[0]!) <= REPLICATION_LIMITS.ackShipOffsetsMax)) {
           const b = l.ackQueue.shift()!;
           take.push(b);
-          n += b.acked.length;
+          n += size(b);
         }
         // Later cursor updates of a child replace earlier ones.
         const cursors = new Map<string, CursorUpdate>();
         for (const b of take) for (const u of b.cursors) cursors.set(u.child, u);
-        const body = JSON.stringify({ floor: take[take.length - 1]!.floor, acked: take.flatMap((b) => b.acked), cursors: [...cursors.values()] });
+        const floor = Math.max(...take.map((b) => b.floor));
+        const body = JSON.stringify({ floor, acked: take.flatMap((b) => b.acked), ranges: take.flatMap((b) => b.ranges ?? []), cursors: [...cursors.values()] });
         try {
           const res = await this.c.send(l.node, { method: "POST", path: this.c.path("acks") + `?epoch=${this.c.epoch}`, headers: { "content-type": "application/json" }, body });
           if (res.status !== 200 && res.status !== 204) throw new Error(`answered ${res.status}`);
@@ -701,6 +720,12 @@ class ShippingAcks implements AckLog {
   }
   closeIdleFile(idleMs: number): void {
     this.inner.closeIdleFile(idleMs);
+  }
+  ackRange(start: number, end: number): void {
+    this.inner.ackRange(start, end);
+  }
+  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
+    return this.inner.settledRanges(rangesMax);
   }
   close(): Promise<void> {
     return this.inner.close();

@@ -291,7 +291,8 @@ export class Replication {
           const j = http.asObject(await http.readJson(req, 16 * 1024 * 1024));
           const acked = j.acked;
           const cursors = parseCursors(j.cursors ?? []);
-          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount) || cursors === undefined) {
+          const ranges = parseRanges(j.ranges ?? []);
+          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount) || cursors === undefined || ranges === undefined) {
             http.sendJson(res, 400, { error: { code: "bad_request", message: "acks needs floor, acked and cursors" } });
             return;
           }
@@ -299,7 +300,7 @@ export class Replication {
           const f = have === undefined ? undefined : await have.replica.catch(() => undefined);
           if (f === undefined) return notReplica(res, topic, partition);
           try {
-            await f.applyAcks(epoch, j.floor, acked, cursors);
+            await f.applyAcks(epoch, j.floor, acked, cursors, ranges);
           } catch (e) {
             return refuse(res, e);
           }
@@ -561,6 +562,16 @@ function sleepOn(scheduler: Scheduler, ms: number): Promise<void> {
 
 function isCount(v: unknown): v is number {
   return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+}
+
+function parseRanges(v: unknown): [number, number][] | undefined {
+  if (!Array.isArray(v) || v.length > REPLICATION_LIMITS.joinAckRangesMax) return undefined;
+  const out: [number, number][] = [];
+  for (const x of v) {
+    if (!Array.isArray(x) || x.length !== 2 || !isCount(x[0]) || !isCount(x[1]) || x[1] < x[0]) return undefined;
+    out.push([x[0], x[1]]);
+  }
+  return out;
 }
 
 function parseCursors(v: unknown): CursorUpdate[] | undefined {
