@@ -108,7 +108,7 @@ test("two processes can share one data directory: a second start on it is refuse
 describe("hardening, answers that broke the error contract (a dev node, raw TCP)", () => {
   let node: RunningNode;
   before(async () => {
-    node = await startNode({ env: { NARAD_HTTP_HEADERS_TIMEOUT_MS: "1000" } });
+    node = await startNode({ env: { NARAD_HTTP_HEADERS_TIMEOUT_MS: "1000", NARAD_HTTP_REQUEST_TIMEOUT_MS: "2000" } });
     const r = await fetch(`${node.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "edge", partitions: 1 }) });
     assert.equal(r.status, 201);
   });
@@ -172,6 +172,10 @@ describe("hardening, answers that broke the error contract (a dev node, raw TCP)
     assert.equal(slow.code, "request_timeout");
     // Node checks every 30 s by default; ours checks at least every second (a bound, not a speed).
     assert.ok(Date.now() - started < 15_000, `answered after ${Date.now() - started} ms`);
+    // A body that stops arriving mid-way is the request timeout's too (it once answered 400).
+    const silent = parse(await raw("POST /v1/topics/edge/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial"));
+    assert.equal(silent.status, 408);
+    assert.equal(silent.code, "request_timeout");
     const big = parse(await raw(`GET /v1/topics HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`));
     assert.equal(big.status, 431);
     assert.equal(big.code, "header_fields_too_large");

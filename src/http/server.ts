@@ -204,7 +204,8 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
         // it is that request's answer.
         last.setHeader("connection", "close");
         last.once("finish", () => socket.destroy());
-        sendError(last, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`));
+        // A body that stopped arriving is the request timeout's (408), not malformed.
+        sendError(last, err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? new NaradError("request_timeout") : new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`));
         return;
       }
       // Earlier requests on this connection are still being answered: let them finish, then
