@@ -38,23 +38,15 @@ start.action(async (opts: Record<string, unknown>) => {
     if (e instanceof ConfigError) fail(e.message);
     throw e;
   }
-  const { startServer, StartupError } = await import("../server.js");
-  let running;
-  try {
-    running = await startServer(cfg);
-  } catch (e) {
-    if (e instanceof StartupError) fail(e.message);
-    throw e;
-  }
-  process.stdout.write(`${formatReadyLine(running)}\n`);
+  // The signal handlers are in place before the node starts: a stop asked for while it starts
+  // (a supervisor's SIGTERM right after launch) waits for the start, then stops gracefully,
+  // rather than killing the process by the signal's default action.
+  let running: Awaited<ReturnType<typeof startServer>> | undefined;
+  let stopWanted: NodeJS.Signals | undefined;
   let signals = 0;
-  const onSignal = (sig: NodeJS.Signals) => {
-    if (++signals > 1) {
-      running.logger.warn({ signal: sig }, "second signal: exiting without a graceful stop");
-      process.exit(1);
-    }
-    running.logger.info({ signal: sig }, "graceful stop requested");
-    running.stop().then(
+  const stop = (sig: NodeJS.Signals) => {
+    running!.logger.info({ signal: sig }, "graceful stop requested");
+    running!.stop().then(
       () => process.exit(0),
       (e: Error) => {
         process.stderr.write(`narad: graceful stop failed: ${e.message}\n`);
@@ -62,8 +54,25 @@ start.action(async (opts: Record<string, unknown>) => {
       },
     );
   };
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (++signals > 1) {
+      running?.logger.warn({ signal: sig }, "second signal: exiting without a graceful stop");
+      process.exit(1);
+    }
+    if (running === undefined) stopWanted = sig;
+    else stop(sig);
+  };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
+  const { startServer, StartupError } = await import("../server.js");
+  try {
+    running = await startServer(cfg);
+  } catch (e) {
+    if (e instanceof StartupError) fail(e.message);
+    throw e;
+  }
+  process.stdout.write(`${formatReadyLine(running)}\n`);
+  if (stopWanted !== undefined) stop(stopWanted);
 });
 
 registerClientCommands(program);
