@@ -34,6 +34,7 @@
 
 import { O_FAIL, O_OK, type RunData } from "./collect.js";
 import type { FaultTime } from "./pair.js";
+import { lowerBound } from "./findings.js";
 import { FAULT_KINDS_NEEDING_EVIDENCE, type FaultKind } from "../history/types.js";
 
 const NEEDS_EVIDENCE: ReadonlySet<FaultKind> = new Set(FAULT_KINDS_NEEDING_EVIDENCE);
@@ -62,16 +63,6 @@ export interface FaultInfo {
   time: FaultTime;
 }
 
-function lowerBound(a: number[], x: number): number {
-  let lo = 0;
-  let hi = a.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (a[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /** First boot change of `node` (any node when -1) at or after `timeNs`: the reporting op, or -1. */
 function bootChangeAfter(run: RunData, node: number, timeNs: number): number {

@@ -38,3 +38,15 @@ export function fmtMs(ns: number): string {
 export function sortedUnique(a: number[]): number[] {
   return Array.from(new Set(a)).sort((x, y) => x - y);
 }
+
+/** The first index of `a` (sorted ascending) holding a value ≥ x; a.length when none does. */
+export function lowerBound(a: ArrayLike<number>, x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}

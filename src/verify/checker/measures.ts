@@ -9,6 +9,7 @@
 
 import { F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_NAMES, F_PRODUCE, O_FAIL, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
 import type { FaultInfo } from "./faults.js";
+import { lowerBound } from "./findings.js";
 import type { Anomaly, CheckOptions, LagSummary, LatencySeries, OperationCounts, Series, Timeline } from "./types.js";
 
 export interface PairTimes {
@@ -41,16 +42,6 @@ function niceBucketNs(durationNs: number, buckets: number): number {
   return 10 * pow;
 }
 
-function lowerBound(a: Float64Array, x: number): number {
-  let lo = 0;
-  let hi = a.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (a[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /** Number of elements ≤ x in a sorted array. */
 function countAtMost(a: Float64Array, x: number): number {

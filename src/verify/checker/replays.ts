@@ -14,7 +14,7 @@
 
 import { MinHeap } from "../../platform/heap.js";
 import { F_CONSUME, F_PRODUCE, F_REPLAY, O_OK, type ReplayRec, type RunData } from "./collect.js";
-import { sortedUnique, type Findings } from "./findings.js";
+import { lowerBound, sortedUnique, type Findings } from "./findings.js";
 import type { AnomalyName } from "./types.js";
 
 /** A partition's key in the maps below: topic and partition in one number. */
@@ -104,23 +104,11 @@ function namedOffsets(run: RunData): Map<number, Named> {
   return out;
 }
 
-/** The first index of `a` (sorted) holding a value ≥ x. */
-function firstAtLeast(a: number[], x: number): number {
-  let lo = 0;
-  let hi = a.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (a[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 /** A replay of a replicated partition: nonmonotonic as anywhere; a skip only over an offset named elsewhere. */
 function judgeWithHoles(named: Named, from: number, offs: number[], report: (name: AnomalyName, shown: number[], explanation: string) => void, op: number): void {
   // An offset k with lo ≤ k < hi that a 202 or a delivery named, or -1.
   const namedIn = (lo: number, hi: number): number => {
-    const i = firstAtLeast(named.offsets, lo);
+    const i = lowerBound(named.offsets, lo);
     return i < named.offsets.length && named.offsets[i]! < hi ? i : -1;
   };
   for (let i = 0; i < offs.length; i++) {
