@@ -64,6 +64,8 @@ import {
   frameErrorReason,
   frameOffset,
   HEADER_BYTES,
+  HEADER_BYTES_ATTRS,
+  ATTR_BYTES_MAX,
   KEY_BYTES_MAX,
   PAYLOAD_BYTES_MAX,
   RECORD_BYTES_MAX,
@@ -278,7 +280,8 @@ export class FilePartitionLog implements PartitionLog {
       }
       const keyBytes = r.key === null ? 0 : r.key.length;
       if (keyBytes > KEY_BYTES_MAX) throw new RangeError(`key of ${keyBytes} bytes is over the ${KEY_BYTES_MAX}-byte limit`);
-      total += HEADER_BYTES + keyBytes + r.payload.length;
+      if (r.attrs !== undefined && (r.attrs.length === 0 || r.attrs.length > ATTR_BYTES_MAX)) throw new RangeError(`attributes of ${r.attrs.length} bytes: 1 to ${ATTR_BYTES_MAX} bytes`);
+      total += (r.attrs === undefined ? HEADER_BYTES : HEADER_BYTES_ATTRS + r.attrs.length) + keyBytes + r.payload.length;
     }
     if (n === 0) return { baseOffset, durable: Promise.resolve() };
     if (this.activeClosed) {
@@ -307,7 +310,7 @@ export class FilePartitionLog implements PartitionLog {
     for (let i = 0; i < n; i++) {
       const r = records[i]!;
       seg.pushPosition(segPosAtStart + p);
-      p = encodeRecord(stage, p, baseOffset + i, producedAtMs, r.key, r.payload, r.control === true);
+      p = encodeRecord(stage, p, baseOffset + i, producedAtMs, r.key, r.payload, r.control === true, r.attrs ?? null);
     }
     assert.equal(p - start, total);
     const last = this.groups.length > 0 ? this.groups[this.groups.length - 1]! : null;

@@ -18,6 +18,17 @@
 //   25      i32   keyBytes       -1 = no key (null); 0 = empty key; -2 = a control record (below)
 //   29      ...   key bytes, then payload bytes (payloadBytes = frameBytes - 21 - max(keyBytes, 0))
 //
+// Version 2 is the same with attributes (./attrs.ts: a producer id and sequence, a dead letter's
+// origin, message headers, a not-before time), as opaque bytes between the key and the payload:
+//
+//   25      i32   keyBytes       -1 = no key; 0 = empty key (a control record is always version 1)
+//   29      u32   attrBytes      1 .. ATTR_BYTES_MAX
+//   33      ...   key bytes, then attribute bytes, then payload bytes
+//                                (frameBytes = 25 + keyBytes + attrBytes + payloadBytes)
+//
+// A record without attributes is written as version 1, byte for byte as before, so plain
+// produces pay nothing for them and every segment written before them reads unchanged.
+//
 // A control record (keyBytes -2, no key, empty payload) is not a message: it is the epoch marker
 // a new leader of a replicated partition appends as its first record (src/cluster/replication),
 // so that its whole log commits once a majority holds it. Delivery, replay and the copies to
@@ -29,6 +40,16 @@ import { crc32c } from "@node-rs/crc32";
 import { LIMITS } from "../protocol/wire.js";
 
 export const RECORD_VERSION = 1;
+/** A record with attributes (the layout above). */
+export const RECORD_VERSION_ATTRS = 2;
+/** Whether b is the version byte of a record (a scan's cheap precheck). */
+export function isRecordVersion(b: number | undefined): boolean {
+  return b === RECORD_VERSION || b === RECORD_VERSION_ATTRS;
+}
+/** Bytes before the key of a version-2 record (the attribute length added). */
+export const HEADER_BYTES_ATTRS = 33;
+/** Largest attribute block of one record (./attrs.ts keeps each attribute's own bound below it). */
+export const ATTR_BYTES_MAX = 64 * 1024;
 /** keyBytes of a control record. */
 export const CONTROL_KEY_BYTES = -2;
 /** Bytes before the key: length, crc, version, offset, producedAtMs, key length. */
@@ -57,15 +78,15 @@ export const FRAME_KEY_BYTES_MAX = 64 * 1024;
 /** Smallest possible record on disk (no key, empty payload). */
 export const RECORD_BYTES_MIN = HEADER_BYTES;
 /** Largest possible frameBytes; anything above it is corruption, not a record. */
-export const FRAME_BYTES_MAX = FRAME_FIXED_BYTES + FRAME_KEY_BYTES_MAX + PAYLOAD_BYTES_MAX;
+export const FRAME_BYTES_MAX = FRAME_FIXED_BYTES + 4 + FRAME_KEY_BYTES_MAX + ATTR_BYTES_MAX + PAYLOAD_BYTES_MAX;
 /** Largest possible record on disk. */
 export const RECORD_BYTES_MAX = 8 + FRAME_BYTES_MAX;
 
 const TWO_POW_32 = 4294967296;
 
 /** Bytes a record takes on disk. */
-export function recordBytes(key: Buffer | null, payload: Buffer): number {
-  return HEADER_BYTES + (key === null ? 0 : key.length) + payload.length;
+export function recordBytes(key: Buffer | null, payload: Buffer, attrs: Buffer | null = null): number {
+  return (attrs === null ? HEADER_BYTES : HEADER_BYTES_ATTRS + attrs.length) + (key === null ? 0 : key.length) + payload.length;
 }
 
 /**
@@ -80,22 +101,33 @@ export function encodeRecord(
   key: Buffer | null,
   payload: Buffer,
   control = false,
+  attrs: Buffer | null = null,
 ): number {
-  assert.ok(!control || (key === null && payload.length === 0), "a control record has no key and no payload");
+  assert.ok(!control || (key === null && payload.length === 0 && attrs === null), "a control record has no key, attributes or payload");
+  assert.ok(attrs === null || (attrs.length > 0 && attrs.length <= ATTR_BYTES_MAX), "attributes: 1 .. ATTR_BYTES_MAX bytes");
   const keyBytes = key === null ? 0 : key.length;
-  const frameBytes = FRAME_FIXED_BYTES + keyBytes + payload.length;
+  const attrBytes = attrs === null ? 0 : 4 + attrs.length;
+  const frameBytes = FRAME_FIXED_BYTES + attrBytes + keyBytes + payload.length;
   buf.writeUInt32LE(frameBytes, pos);
-  buf[pos + 8] = RECORD_VERSION;
+  buf[pos + 8] = attrs === null ? RECORD_VERSION : RECORD_VERSION_ATTRS;
   buf.writeUInt32LE(offset >>> 0, pos + 9);
   buf.writeUInt32LE(Math.floor(offset / TWO_POW_32), pos + 13);
   buf.writeUInt32LE(producedAtMs >>> 0, pos + 17);
   buf.writeUInt32LE(Math.floor(producedAtMs / TWO_POW_32), pos + 21);
   buf.writeInt32LE(control ? CONTROL_KEY_BYTES : key === null ? -1 : keyBytes, pos + 25);
   let p = pos + HEADER_BYTES;
+  if (attrs !== null) {
+    buf.writeUInt32LE(attrs.length, p);
+    p += 4;
+  }
   // set() rather than Buffer#copy: no argument juggling on the per-record path.
   if (key !== null) {
     buf.set(key, p);
     p += keyBytes;
+  }
+  if (attrs !== null) {
+    buf.set(attrs, p);
+    p += attrs.length;
   }
   buf.set(payload, p);
   p += payload.length;
@@ -111,6 +143,7 @@ export const FRAME_BAD_LENGTH = -2; // frameBytes outside [21, FRAME_BYTES_MAX]
 export const FRAME_BAD_VERSION = -3;
 export const FRAME_BAD_KEY_LENGTH = -4;
 export const FRAME_BAD_CRC = -5;
+export const FRAME_BAD_ATTR_LENGTH = -6;
 
 export function frameErrorReason(code: number): string {
   switch (code) {
@@ -124,6 +157,8 @@ export function frameErrorReason(code: number): string {
       return "implausible key length";
     case FRAME_BAD_CRC:
       return "checksum mismatch";
+    case FRAME_BAD_ATTR_LENGTH:
+      return "implausible attribute length";
     default:
       return `unknown frame error ${code}`;
   }
@@ -145,14 +180,25 @@ export function checkFrame(buf: Buffer, pos: number, end: number): number {
   }
   const frameBytes = buf.readUInt32LE(pos);
   if (frameBytes < FRAME_FIXED_BYTES || frameBytes > FRAME_BYTES_MAX) return FRAME_BAD_LENGTH;
-  if (buf[pos + 8] !== RECORD_VERSION) return FRAME_BAD_VERSION;
+  const version = buf[pos + 8];
   const keyBytes = buf.readInt32LE(pos + 25);
-  if (keyBytes === CONTROL_KEY_BYTES) {
+  let fixed = FRAME_FIXED_BYTES;
+  if (version === RECORD_VERSION_ATTRS) {
+    if (end - pos < HEADER_BYTES_ATTRS) return FRAME_INCOMPLETE;
+    const attrBytes = buf.readUInt32LE(pos + HEADER_BYTES);
+    if (attrBytes < 1 || attrBytes > ATTR_BYTES_MAX) return FRAME_BAD_ATTR_LENGTH;
+    fixed += 4 + attrBytes;
+    if (fixed > frameBytes) return FRAME_BAD_ATTR_LENGTH;
+    if (keyBytes < -1 || keyBytes > FRAME_KEY_BYTES_MAX) return FRAME_BAD_KEY_LENGTH;
+  } else if (version !== RECORD_VERSION) {
+    return FRAME_BAD_VERSION;
+  }
+  if (keyBytes === CONTROL_KEY_BYTES && version === RECORD_VERSION) {
     if (frameBytes !== FRAME_FIXED_BYTES) return FRAME_BAD_KEY_LENGTH;
-  } else if (keyBytes < -1 || keyBytes > FRAME_KEY_BYTES_MAX || FRAME_FIXED_BYTES + Math.max(keyBytes, 0) > frameBytes) {
+  } else if (keyBytes < -1 || keyBytes > FRAME_KEY_BYTES_MAX || fixed + Math.max(keyBytes, 0) > frameBytes) {
     return FRAME_BAD_KEY_LENGTH;
   }
-  if (frameBytes - FRAME_FIXED_BYTES - Math.max(keyBytes, 0) > PAYLOAD_BYTES_MAX) return FRAME_BAD_LENGTH;
+  if (frameBytes - fixed - Math.max(keyBytes, 0) > PAYLOAD_BYTES_MAX) return FRAME_BAD_LENGTH;
   const recEnd = pos + 8 + frameBytes;
   if (recEnd > end) return FRAME_INCOMPLETE;
   if (crc32c(buf.subarray(pos + 8, recEnd)) !== buf.readUInt32LE(pos + 4)) return FRAME_BAD_CRC;
@@ -176,8 +222,21 @@ export function decodeFrame(
   buf: Buffer,
   pos: number,
   recordSize: number,
-): { offset: number; producedAtMs: number; key: Buffer | null; payload: Buffer; control?: true } {
+): { offset: number; producedAtMs: number; key: Buffer | null; payload: Buffer; control?: true; attrs?: Buffer } {
   const keyBytes = buf.readInt32LE(pos + 25);
+  if (buf[pos + 8] === RECORD_VERSION_ATTRS) {
+    const attrBytes = buf.readUInt32LE(pos + HEADER_BYTES);
+    const keyStart = pos + HEADER_BYTES_ATTRS;
+    const attrStart = keyStart + Math.max(keyBytes, 0);
+    const payloadStart = attrStart + attrBytes;
+    return {
+      offset: frameOffset(buf, pos),
+      producedAtMs: frameProducedAtMs(buf, pos),
+      key: keyBytes < 0 ? null : buf.subarray(keyStart, attrStart),
+      payload: buf.subarray(payloadStart, pos + recordSize),
+      attrs: buf.subarray(attrStart, payloadStart),
+    };
+  }
   const keyStart = pos + HEADER_BYTES;
   const payloadStart = keyStart + Math.max(keyBytes, 0);
   if (keyBytes === CONTROL_KEY_BYTES) {

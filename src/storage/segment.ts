@@ -32,7 +32,7 @@ import {
   HEADER_BYTES,
   RECORD_BYTES_MAX,
   RECORD_BYTES_MIN,
-  RECORD_VERSION,
+  isRecordVersion,
   FRAME_BYTES_MAX,
 } from "./record.js";
 import { readFullyAt } from "./files.js";
@@ -322,7 +322,7 @@ async function findNextRecord(
     if (q + HEADER_BYTES > fileSizeBytes) return null;
     if (!win.covers(q)) await win.load(q);
     const at = q - win.start;
-    if (win.buf[at + 8] !== RECORD_VERSION) return null;
+    if (!isRecordVersion(win.buf[at + 8])) return null;
     if (checkFrame(win.buf, at, win.len) <= 0) return null;
     const o = frameOffset(win.buf, at);
     const lostMax = Math.floor((q - badPos) / RECORD_BYTES_MIN);
@@ -338,7 +338,7 @@ async function findNextRecord(
   }
   for (let q = badPos + 1; q + HEADER_BYTES <= fileSizeBytes; q++) {
     // Cheap precheck inline: most positions fail on the version byte without an await.
-    if (win.covers(q) && win.buf[q - win.start + 8] !== RECORD_VERSION) continue;
+    if (win.covers(q) && !isRecordVersion(win.buf[q - win.start + 8])) continue;
     const o = await tryAt(q);
     if (o !== null) return { position: q, offset: o };
   }

@@ -15,6 +15,8 @@ export interface StoredRecord {
   payload: Buffer;
   /** A control record (record.ts): a replicated partition's epoch marker, never a message. */
   control?: true;
+  /** The record's attributes, encoded (./attrs.ts decodes them); absent when it has none. */
+  attrs?: Buffer;
 }
 
 export interface AppendInput {
@@ -22,6 +24,8 @@ export interface AppendInput {
   payload: Buffer;
   /** Appends a control record (key null, payload empty). */
   control?: true;
+  /** Attributes, encoded by ./attrs.ts (1 .. ATTR_BYTES_MAX bytes); none when absent. */
+  attrs?: Buffer;
 }
 
 export interface StorageOptions {

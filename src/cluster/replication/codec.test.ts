@@ -34,3 +34,21 @@ test("the replication codec refuses a damaged or hostile body whole", () => {
   assert.match(decodeRecords(control, 10) as string, /control record/);
   assert.match(decodeRecords(Buffer.concat([good, good, good]), 2) as string, /more than 2/);
 });
+
+test("the replication codec carries a record's attribute block, and refuses a bad block length", () => {
+  const attrs = Buffer.from([4, 8, 0, 1, 2, 3, 4, 5, 6, 0, 0]);
+  const rs: ShippedRecord[] = [
+    { producedAtMs: 1, key: Buffer.from("k"), payload: Buffer.from("p"), attrs },
+    { producedAtMs: 2, key: null, payload: Buffer.from("q") },
+  ];
+  const body = encodeRecords(rs);
+  const back = decodeRecords(body, 10);
+  assert.ok(Array.isArray(back));
+  assert.ok(back[0]!.attrs?.equals(attrs));
+  assert.deepEqual([back[0]!.key?.toString(), back[0]!.payload.toString(), back[1]!.attrs], ["k", "p", undefined]);
+  const bad = Buffer.from(body);
+  bad.writeUInt32LE(0, 17);
+  assert.match(decodeRecords(bad, 10) as string, /attribute block/);
+  bad.writeUInt32LE(1 << 30, 17);
+  assert.match(decodeRecords(bad, 10) as string, /attribute block/);
+});

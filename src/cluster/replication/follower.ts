@@ -148,7 +148,10 @@ export class FollowerReplica {
         let j = i + 1;
         while (j < records.length && records[j]!.producedAtMs === records[i]!.producedAtMs && records[j]!.control === records[i]!.control) j++;
         const run = records.slice(i, j);
-        const a = this.log.append(run.map((r) => (r.control === true ? { key: null, payload: r.payload, control: true as const } : { key: r.key, payload: r.payload })), run[0]!.producedAtMs);
+        const a = this.log.append(
+          run.map((r) => (r.control === true ? { key: null, payload: r.payload, control: true as const } : r.attrs !== undefined ? { key: r.key, payload: r.payload, attrs: r.attrs } : { key: r.key, payload: r.payload })),
+          run[0]!.producedAtMs,
+        );
         durable = a.durable;
         i = j;
       }

@@ -214,7 +214,7 @@ export class ReplicatedLog implements PartitionLog {
     const end = baseOffset + records.length;
     if (this.pending.length === 0) this.pendingBase = baseOffset;
     for (const r of records) {
-      const s: ShippedRecord = r.control === true ? { producedAtMs, key: null, payload: r.payload, control: true } : { producedAtMs, key: r.key, payload: r.payload };
+      const s: ShippedRecord = r.control === true ? { producedAtMs, key: null, payload: r.payload, control: true } : r.attrs !== undefined ? { producedAtMs, key: r.key, payload: r.payload, attrs: r.attrs } : { producedAtMs, key: r.key, payload: r.payload };
       this.pending.push(s);
       this.pendingBytes += shippedBytes(s);
     }
@@ -458,7 +458,13 @@ export class ReplicatedLog implements PartitionLog {
       const recs = await this.inner.read(next, Math.min(REPLICATION_LIMITS.shipRecordsMax, this.pendingBase - next), REPLICATION_LIMITS.shipBytesMax);
       for (const r of recs) {
         if (r.offset !== next + out.length) break; // a record the leader cannot read: stop before it
-        out.push(r.control === true ? { producedAtMs: r.producedAtMs, key: null, payload: r.payload, control: true } : { producedAtMs: r.producedAtMs, key: r.key, payload: r.payload });
+        out.push(
+          r.control === true
+            ? { producedAtMs: r.producedAtMs, key: null, payload: r.payload, control: true }
+            : r.attrs !== undefined
+              ? { producedAtMs: r.producedAtMs, key: r.key, payload: r.payload, attrs: r.attrs }
+              : { producedAtMs: r.producedAtMs, key: r.key, payload: r.payload },
+        );
       }
       if (out.length === 0 && recs.length === 0 && next < this.inner.syncedOffset) {
         throw new Error(`record ${next} cannot be read from the leader's log`);
