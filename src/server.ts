@@ -229,6 +229,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       nodeLeaseMs: cfg["cluster.node_lease_ms"] as number,
       leaseSafetyMarginMs: cfg["cluster.lease_safety_margin_ms"] as number,
       resyncIntervalMs: cfg["cluster.resync_interval_ms"] as number,
+      ownsWithoutLease: bugs.includes("fenced-leader-answers"),
     });
   } catch (e) {
     bare.close();

@@ -66,7 +66,7 @@ export class PartitionOpener {
    * Opens the log and ack log in a partition directory (created if need be). A follower replica of
    * a replicated partition keeps the same files (src/cluster/replication), opened through here.
    */
-  async openFiles(pdir: string, logger: Logger): Promise<{ log: PartitionLog; acks: AckLog }> {
+  async openFiles(pdir: string, logger: Logger, logScheduler?: Scheduler): Promise<{ log: PartitionLog; acks: AckLog }> {
     const o = this.o;
     await mkdir(pdir, { recursive: true });
     const log = await openPartitionLog(pdir, {
@@ -75,7 +75,8 @@ export class PartitionOpener {
       segmentBytesMax: o.segmentBytesMax,
       segmentAgeMaxMs: o.segmentAgeMaxMs,
       powerLoss: o.powerLoss,
-      scheduler: o.scheduler,
+      // A seeded bug's follower log commits on a timer (src/cluster/replication/faults.ts).
+      scheduler: logScheduler ?? o.scheduler,
       fs: o.fs,
     });
     const r = log.recovery;

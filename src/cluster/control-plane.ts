@@ -265,7 +265,7 @@ export class ControlPlane implements UserStoreApi {
    * exactly this epoch. From memory; no database round trip.
    */
   ownsPartition(topic: string, partition: number, epoch: number): boolean {
-    if (!this.lease.isLive() || !this.viewCurrent) return false;
+    if ((!this.lease.isLive() || !this.viewCurrent) && !this.o.ownsWithoutLease) return false;
     const p = this.view.partitionPlacement(topic, partition);
     return p !== undefined && p.node === this.nodeId && p.epoch === epoch;
   }

@@ -100,6 +100,12 @@ export interface ConfigValue {
    * replication_lag_ms (or ack_flush_ms).
    */
   replication_rejoin_ms?: number;
+  /**
+   * Optional: the nodes' control-plane lease (a cluster run). A leader frozen or cut off stops
+   * acknowledging by its lease deadline, so the failover rule explains only the leases and acks
+   * it took before the fault's completion plus this; without it, until the resume or heal.
+   */
+  node_lease_ms?: number;
   [extra: string]: unknown;
 }
 

@@ -108,6 +108,7 @@ function validateConfig(value: Record<string, unknown>): void {
   optNumber(value, "copy_timeout_ms", where, 0);
   optNumber(value, "replication_lag_ms", where, 0);
   optNumber(value, "replication_rejoin_ms", where, 0);
+  optNumber(value, "node_lease_ms", where, 0);
   if (vt === 0) problem("config: visibility_timeout_ms must be above 0");
   const topics = value["topics"];
   if (topics === undefined) problem("config: missing field topics");

@@ -223,6 +223,8 @@ export interface RunOptions {
   pendingSyncBytes?: number;
   ackFlushMs?: number;
   ackSyncMs?: number;
+  /** cluster.forward_timeout_ms of the nodes (default FORWARD_TIMEOUT_MS). */
+  forwardTimeoutMs?: number;
   /** Write report.html next to report.json; default true. */
   html?: boolean;
   signal?: AbortSignal;
@@ -277,6 +279,7 @@ interface ResolvedRun {
   bugs: string[];
   ackFlushMs: number;
   ackSyncMs: number;
+  forwardTimeoutMs: number;
   topics: RunTopic[];
   remote: boolean;
   /** Nodes of the remote child's system (0: none). */
@@ -400,6 +403,7 @@ function resolveRun(o: RunOptions): ResolvedRun {
     bugs: o.bugs ?? [],
     ackFlushMs: o.ackFlushMs ?? DEFAULTS.ackFlushIntervalMs,
     ackSyncMs: o.ackSyncMs ?? DEFAULTS.ackSyncIntervalMs,
+    forwardTimeoutMs: o.forwardTimeoutMs ?? FORWARD_TIMEOUT_MS,
     topics,
     remote,
     // Another cluster for another cluster: two nodes when the system under test is a cluster.
@@ -611,7 +615,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
       ]),
     ),
     // The acks' shipping lag the failover rule allows (replicated topics only).
-    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS, replication_rejoin_ms: REPLICATION_REJOIN_MS } : {}),
+    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS, replication_rejoin_ms: REPLICATION_REJOIN_MS, node_lease_ms: Number(REPLICATED_ENV.NARAD_CLUSTER_NODE_LEASE_MS) } : {}),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
     children:
@@ -624,7 +628,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
               ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}),
               // The other cluster's nodes: a push may pass through any of them (the checker's re-copy rule).
               ...(c.kind === "remote" ? { nodes: Array.from({ length: run.remoteNodes }, (_, i) => `r${i + 1}`) } : {}),
-              ...(c.kind === "remote" ? { copy_timeout_ms: REMOTE_PUSH_TIMEOUT_MS } : run.nodes > 1 ? { copy_timeout_ms: FORWARD_TIMEOUT_MS } : {}),
+              ...(c.kind === "remote" ? { copy_timeout_ms: REMOTE_PUSH_TIMEOUT_MS } : run.nodes > 1 ? { copy_timeout_ms: run.forwardTimeoutMs } : {}),
             })),
           },
     run: {
@@ -739,7 +743,7 @@ async function startSystems(s: RunState): Promise<void> {
     NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
     NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
     NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
-    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
+    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(run.forwardTimeoutMs),
     // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
     NARAD_TEST_BUGS: run.bugs.join(","),
     NARAD_TEST_MODE: "1", // seeded bugs are refused without it (or --dev), and runs with security on pass no --dev
