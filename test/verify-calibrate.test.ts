@@ -16,7 +16,7 @@ after(async () => {
   if (dir !== null && !keep) await removeDir(dir);
 });
 
-describe("verify calibrate", { timeout: 780_000 }, () => {
+describe("verify calibrate", { timeout: 1_000_000 }, () => {
   test("every seeded bug is caught with the right anomaly, and the correct build is valid", async () => {
     dir = await tempDir("narad-calibration-test-");
     const rows = await calibrate({ outDir: dir, seed: SEED });
