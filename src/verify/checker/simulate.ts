@@ -21,6 +21,11 @@
 //   - responses get lost at a small rate (recorded as info), and every response in flight when its
 //     node dies is lost; the final drain has no faults and no lost responses, waits out every
 //     lease, and ends with one empty consume per topic once every message is acked.
+//   - with `idempotent`, producers are idempotent (SPEC "Idempotent producers"): each produce
+//     carries the producer's id and its next sequence, a lost answer is re-sent with the same
+//     msg, producer and sequence (up to a few times), and the broker answers a stored
+//     (producer, sequence) with its original partition and offset and `duplicate: true`; its
+//     dedupe state is part of the log, so no restart forgets it.
 // A `bug` option breaks one rule on purpose (see SimBug). Limits: everything is in memory; the
 // benchmark streams its history to a file through the HistoryWriter instead of keeping events.
 
@@ -40,6 +45,8 @@ import { MinHeap } from "../../platform/heap.js";
  *   redeliver-acked    an acked message comes back without any fault      → duplicate-after-ack
  *   lose-message       a committed message is never handed out            → lost
  *   recopy-on-terminate  a graceful stop makes the copier copy again too  → duplicate-after-ack
+ *   dedupe-forgets     (with idempotent) a restart of the owner forgets the dedupe state of
+ *                      its partitions, so a re-send after it is stored again → duplicate-produce
  */
 export type SimBug =
   | "ack-not-persisted"
@@ -50,7 +57,8 @@ export type SimBug =
   | "replay-skip"
   | "redeliver-acked"
   | "lose-message"
-  | "recopy-on-terminate";
+  | "recopy-on-terminate"
+  | "dedupe-forgets";
 
 export interface SimOptions {
   seed: number;
@@ -79,6 +87,8 @@ export interface SimOptions {
   extendRate?: number;
   /** Share of deliveries acked after half the visibility timeout (legal, and slow). */
   slowAckRate?: number;
+  /** Idempotent producers: produces carry producer and sequence, lost answers are re-sent. */
+  idempotent?: boolean;
 }
 
 export interface SimSink {
@@ -240,6 +250,11 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
   const nackRate = options.nackRate ?? 0.05;
   const extendRate = options.extendRate ?? 0.05;
   const slowRate = options.slowAckRate ?? 0.03;
+  const idempotent = options.idempotent ?? false;
+  /** Re-sends of one unanswered idempotent produce before the producer gives up on it. */
+  const resendsMax = 8;
+  /** The dedupe state: "producer/sequence" to where it was stored, per owner node (the bug clears one node's). */
+  const dedupe: Array<Map<string, { part: number; offset: number }>> = [];
   const bug = options.bug;
   let bugTriggered = 0;
 
@@ -377,10 +392,14 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
 
   // ---- producers ----
   const producer = (name: string): void => {
+    const producerId = `${name}-producer`;
+    let sequence = 0;
     const step = (): void => {
       if (mainOver()) return;
-      const msg = `m${msgSeq++}`;
-      emit(name, "invoke", "produce", { topic: "t", msg });
+      send(`m${msgSeq++}`, sequence++, 0);
+    };
+    const send = (msg: string, seq: number, resends: number): void => {
+      emit(name, "invoke", "produce", idempotent ? { topic: "t", msg, producer: producerId, sequence: seq } : { topic: "t", msg });
       producersBusy++;
       const effectAt = agenda.nowNs + lat();
       agenda.at(effectAt, () => {
@@ -397,11 +416,29 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         const respond = (type: EventType, value: Record<string, unknown>, node: Node | null, bootSeq: number): void => {
           agenda.at(agenda.nowNs + lat(), () => {
             producersBusy--;
-            if (node !== null && (node.bootSeq !== bootSeq || !node.up || lost())) emit(name, "info", "produce", { error: "timeout" });
+            const unanswered = node !== null && (node.bootSeq !== bootSeq || !node.up || lost());
+            if (unanswered) emit(name, "info", "produce", { error: "timeout" });
             else emit(name, type, "produce", value);
+            // An idempotent producer re-sends an ambiguous produce with the same sequence, and one
+            // its owner could not take yet (a 503 while it restarts), until it is answered.
+            if (idempotent && (unanswered || (type === "fail" && value["status"] === 503)) && resends < resendsMax) {
+              return agenda.at(agenda.nowNs + think(30), () => send(msg, seq, resends + 1));
+            }
             agenda.at(agenda.nowNs + think(5), step);
           });
         };
+        const key = `${producerId}/${seq}`;
+        if (idempotent) {
+          // The partition comes from (producer, sequence): a re-send reaches the same one, and
+          // is never routed around its owner.
+          const p = parts[T]![seq % nParts]!;
+          chosen = nodes[p.node]!.up ? p : null;
+          const stored = chosen !== null ? dedupe[chosen.node]?.get(key) : undefined;
+          if (stored !== undefined) {
+            const node = nodes[chosen!.node]!;
+            return respond("ok", { partition: stored.part, offset: stored.offset, status: 202, duplicate: true, node: node.name, boot: node.boot }, node, node.bootSeq);
+          }
+        }
         if (chosen === null) return respond("fail", { status: 503 }, null, 0);
         const node = nodes[chosen.node]!;
         if (rnd() < refuseRate) {
@@ -417,6 +454,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         commit(FAN, 0, msg, agenda.nowNs);
         commit(DELAY, 0, msg, agenda.nowNs);
         node.recentCopies.push([agenda.nowNs, msg]);
+        if (idempotent) (dedupe[chosen.node] ??= new Map()).set(key, { part: chosen.index, offset: e.offset });
         respond("ok", { partition: chosen.index, offset: e.offset, status: 202, node: node.name, boot: node.boot }, node, node.bootSeq);
       });
     };
@@ -698,6 +736,10 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
               node.bootSeq++;
               node.boot = `${node.name}-b${node.bootSeq}`;
               node.up = true;
+              if (bug === "dedupe-forgets" && (dedupe[nodes.indexOf(node)]?.size ?? 0) > 0) {
+                bugTriggered++;
+                dedupe[nodes.indexOf(node)]!.clear();
+              }
               for (const [copiedNs, msg] of recopy) {
                 commit(FAN, 0, msg, agenda.nowNs);
                 commit(DELAY, 0, msg, agenda.nowNs, copiedNs);
