@@ -1089,8 +1089,18 @@ async function drain(s: RunState): Promise<void> {
   if (s.interrupted) return;
   s.progress.set("drain");
   const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
+  // A dead-letter topic is drained after the topics that move messages to it (next wave): a move
+  // the drain of its source provokes (a lapsed last lease seen only then) lands before its drain.
+  const deadLetterTopics = new Set(run.topics.flatMap((t) => (t.deadLetterTopic !== undefined ? [t.deadLetterTopic] : [])));
+  await drainTopics(s, run.topics.filter((t) => !deadLetterTopics.has(t.name)), drainOpsMax);
+  await drainTopics(s, run.topics.filter((t) => deadLetterTopics.has(t.name)), drainOpsMax);
+}
+
+/** Consumes and acks each of `topics` until empty, several lanes at once, all topics together. */
+async function drainTopics(s: RunState, topics: readonly RunTopic[], drainOpsMax: number): Promise<void> {
+  const { profile, findings } = s;
   const drains: Promise<void>[] = [];
-  for (const t of run.topics) {
+  for (const t of topics) {
     const sys = systemOf(s, t);
     const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : t.name === PROBE_TOPIC ? 1 : Math.max(1, RUN_LIMITS.drainLanes / 2);
     for (let l = 0; l < lanes; l++) {
