@@ -8,8 +8,6 @@ import assert from "node:assert/strict";
 import { check, checkEvents, checkText } from "./check.js";
 import { HistoryBuilder } from "./history-builder.js";
 import { HistoryFormatError } from "../history/validate.js";
-import { formatSummary } from "../report/terminal.js";
-import { renderHtml } from "../report/html.js";
 import type { ConfigValue, HistoryEvent } from "../history/types.js";
 import type { Report } from "./types.js";
 
@@ -354,12 +352,4 @@ test("stranded on a topic with a dead-letter topic: fewer deliveries than max_de
   b.empty("c2", "t.dlq", 3000, 3001);
   const r = checkEvents(b.build().events);
   assert.deepEqual(Object.keys(r.anomalyCounts), ["stranded"]);
-});
-
-test("the terminal and HTML reports name the new anomalies", () => {
-  const { r } = excess(null);
-  const text = formatSummary(r);
-  assert.match(text, /delivered-after-dead-letter ×1/);
-  const html = renderHtml(r);
-  assert.match(html, /delivered-after-dead-letter/);
 });
