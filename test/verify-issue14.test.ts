@@ -12,6 +12,7 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { removeDir, startNode, tempDir } from "./harness.js";
+import { startPostgres, type TestPostgres } from "./support/postgres.js";
 import { WorkloadRuns } from "./support/workload-runs.js";
 import { calibrate, formatCalibrationTable, ISSUE14_CALIBRATION_CASES, NextWaveUnsupported, probeNextWave, runWorkload } from "../src/verify/workloads/index.js";
 
@@ -34,7 +35,12 @@ for (const why of [noProducers, noDeadLetters]) if (why !== false) console.log(`
 
 const runs = new WorkloadRuns("narad-issue14-test-");
 const { outDir, explain, assertValid } = runs;
-after(runs.cleanup);
+// The cluster runs' PostgreSQL, started by the first test that needs one (none while skipped).
+let pg: TestPostgres | undefined;
+after(async () => {
+  await pg?.stop();
+  await runs.cleanup();
+});
 
 describe("issue 14 workloads", { timeout: 600_000 }, () => {
   test("idempotent on one node under kills and power losses: valid, every fault evidenced", { skip: noProducers }, async () => {
@@ -49,6 +55,19 @@ describe("issue 14 workloads", { timeout: 600_000 }, () => {
     assertValid(r);
     const dlq = r.report!.counts.operations["dead-letter"];
     assert.ok(dlq !== undefined && dlq.ok > 0, `no dead-letter ack answered 204: ${explain(r)}`);
+    assert.ok(r.report!.counts.pairs.total > r.report!.counts.messages, `no pair on the dead-letter path: ${explain(r)}`);
+  });
+
+  test("idempotent on a 3-node cluster (security on), re-sends through other nodes: valid", { skip: noProducers }, async () => {
+    pg ??= await startPostgres();
+    const r = await runWorkload({ workload: "idempotent", nodes: 3, controlPlaneUrl: pg.url, outDir: await outDir(), seed: SEED, durationS: 6, faultIntervalMs: 2_000 });
+    assertValid(r);
+  });
+
+  test("dead-letters on a 3-node cluster, the dead-letter topic's partitions on other owners: valid", { skip: noDeadLetters }, async () => {
+    pg ??= await startPostgres();
+    const r = await runWorkload({ workload: "dead-letters", nodes: 3, controlPlaneUrl: pg.url, outDir: await outDir(), seed: SEED, durationS: 6, faultIntervalMs: 2_000 });
+    assertValid(r);
     assert.ok(r.report!.counts.pairs.total > r.report!.counts.messages, `no pair on the dead-letter path: ${explain(r)}`);
   });
 

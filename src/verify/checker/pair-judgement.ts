@@ -859,6 +859,8 @@ export class PairJudgement {
       dead.fromNs[p] = ops.invNs[deadOp]!;
       dead.op[p] = deadOp;
     }
+    // Settled by the move, for the silence measure, as an ack would have.
+    if (dead.dueNs[p]! < this.times.settleNs[p]!) this.times.settleNs[p] = dead.dueNs[p]!;
     if (dead.fromNs[p]! < Infinity) return; // moved, or may have been: owed on the dead-letter path instead
     const dlq = this.index.findPair(this.msg, this.topology.deadLetterOf[this.topic]!);
     if (dlq >= 0 && this.index.opsStart[dlq + 1]! > this.index.opsStart[dlq]!) return; // judged there (dead-lettered-early)
