@@ -1,15 +1,17 @@
 // The SDK calls of the next wave (issue 14), in one place: idempotent producers and dead letters.
 //
-// Design note. The workloads drive what users import (STYLE.md), but these SDK calls are being
-// built on other branches while this code is written, from the SPEC's shape alone:
-//   - `narad.producer({ idempotent: true })` (SPEC "Idempotent producers"): resolves to (or
-//     returns) a producer holding an id minted by `POST /v1/producers`, whose `produce(topic,
-//     payload, { key })` numbers its messages 0, 1, 2, … in call order, re-sends an ambiguous
-//     answer with the same sequence until it is definite, and resolves with the partition and
-//     offset and `duplicate` (true when the broker answered that the sequence was stored);
-//   - `narad.ack(topic, handle, { deadLetter: true })` (SPEC "Dead letters": `dead_letter=true`);
+// Design note. The workloads drive what users import (STYLE.md), but these SDK calls are built on
+// other branches (idem, dlq) while this code is written, against the shapes those branches gave
+// them (read from their commits, SPEC "Idempotent producers" and "Dead letters"):
+//   - `narad.producer({ idempotent: true, retryDeadlineMs })` returns a producer whose `id()`
+//     takes an id from `POST /v1/producers`, whose `nextSequence` is the sequence its next
+//     message gets (call order from 0), and whose `produce(topic, payload, { key })` re-sends an
+//     ambiguous answer with the same sequence until it is definite (or the deadline passes), and
+//     resolves with partition, offset, owner, ownerBoot, `sequence` and `duplicate`;
+//   - `narad.deadLetter(topic, handle)` (an ack with `dead_letter=true`);
 //   - `createTopic({ …, maxDeliveries, deadLetterTopic })`, answered with those fields;
-//   - a delivery on a dead-letter topic carries `origin: { topic, partition, offset, deliveries }`.
+//   - a delivery on a dead-letter topic carries `origin: { topic, partition, offset, deliveries,
+//     producedAt }` (null elsewhere).
 // Each is read here through a structural type and checked at run time, so this file compiles
 // against the SDK of today, and a server or SDK without the feature fails the workload at its
 // start with one line (NextWaveUnsupported) instead of producing a history that lies. When the
@@ -45,11 +47,18 @@ export interface IdempotentProducer {
 }
 
 interface SdkIdempotentProducer {
+  /** The id, taken from the broker on first use (a method), or a field in another SDK shape. */
   id?: unknown;
   producerId?: unknown;
   nextSequence?: unknown;
   produce(topic: string, payload: Uint8Array, opts?: { key?: string }): Promise<Record<string, unknown>>;
 }
+
+/**
+ * How long the SDK's producer re-sends one ambiguous produce: well within a run's stop deadline,
+ * and longer than a node takes to come back after a kill or power loss here.
+ */
+export const IDEMPOTENT_RETRY_DEADLINE_MS = 15_000;
 
 const UNSUPPORTED_PRODUCERS =
   "idempotent producers are not supported by this server or SDK (POST /v1/producers is not there, or narad.producer({ idempotent: true }) is missing): run the idempotent workload once the idem branch is merged";
@@ -61,16 +70,19 @@ const UNSUPPORTED_DEAD_LETTERS =
  * when the SDK has no `producer()` or the server answers 404 for /v1/producers.
  */
 export async function idempotentProducer(client: Narad): Promise<IdempotentProducer> {
-  const make = (client as unknown as { producer?: (o: { idempotent: true }) => unknown }).producer;
+  const make = (client as unknown as { producer?: (o: { idempotent: true; retryDeadlineMs: number }) => unknown }).producer;
   if (typeof make !== "function") throw new NextWaveUnsupported(UNSUPPORTED_PRODUCERS);
   let sdk: SdkIdempotentProducer;
+  let id: string | null;
   try {
-    sdk = (await make.call(client, { idempotent: true })) as SdkIdempotentProducer;
+    sdk = (await make.call(client, { idempotent: true, retryDeadlineMs: IDEMPOTENT_RETRY_DEADLINE_MS })) as SdkIdempotentProducer;
+    // The id now, so the first produce's invoke can name it (and a server without producers says so here).
+    const got = typeof sdk.id === "function" ? await (sdk.id as () => Promise<unknown>).call(sdk) : (sdk.producerId ?? sdk.id);
+    id = typeof got === "string" && got.length > 0 ? got : null;
   } catch (e) {
     if (e instanceof NaradRequestError && e.status === 404) throw new NextWaveUnsupported(UNSUPPORTED_PRODUCERS);
     throw e;
   }
-  let id = typeof sdk.producerId === "string" ? sdk.producerId : typeof sdk.id === "string" ? sdk.id : null;
   // Numbers in call order from 0, unless the SDK says where it is.
   let counter = 0;
   const next = (): number => (typeof sdk.nextSequence === "number" ? sdk.nextSequence : counter);
@@ -85,8 +97,6 @@ export async function idempotentProducer(client: Narad): Promise<IdempotentProdu
     async produce(topic, payload, key) {
       counter++;
       const r = await sdk.produce(topic, payload, key !== null ? { key } : {});
-      // A lazily minted id is known after the first produce.
-      if (id === null) id = typeof sdk.producerId === "string" ? sdk.producerId : typeof sdk.id === "string" ? sdk.id : null;
       return {
         partition: r["partition"] as number,
         offset: r["offset"] as number,
@@ -101,8 +111,9 @@ export async function idempotentProducer(client: Narad): Promise<IdempotentProdu
 
 /** Acks a delivery with dead_letter=true: the broker moves it to the topic's dead-letter topic. */
 export function deadLetterAck(client: Narad, topic: string, handle: string): Promise<void> {
-  const ack = client.ack as unknown as (topic: string, handle: string, opts: { deadLetter: true }) => Promise<void>;
-  return ack.call(client, topic, handle, { deadLetter: true });
+  const deadLetter = (client as unknown as { deadLetter?: (topic: string, handle: string) => Promise<void> }).deadLetter;
+  if (typeof deadLetter !== "function") return Promise.reject(new NextWaveUnsupported(UNSUPPORTED_DEAD_LETTERS));
+  return deadLetter.call(client, topic, handle);
 }
 
 /** A delivery's origin on a dead-letter topic, in history terms, or null when it names none. */
