@@ -11,17 +11,20 @@ import { checkDeadLetterTopic, idempotentProducer, NextWaveUnsupported, originOf
 import { NEXT_WAVE_WORKLOADS, WORKLOADS } from "./workloads.js";
 import { ISSUE14_CALIBRATION_CASES, CALIBRATION_CASES } from "./calibrate.js";
 
-test("poisonFate: one message always meets the same fate, in about the shares asked for", () => {
+test("poisonFate: one message always meets the same fate, in about the shares asked for (they came out skewed for ids that differ in their last digits)", () => {
   const spec = { nackShare: 0.1, deadLetterShare: 0.05 };
+  // Ids as a short run's producers make them: four lanes, 200 sequence numbers each.
   const tally = { nack: 0, "dead-letter": 0, mix: 0 };
-  for (let i = 0; i < 20_000; i++) {
-    const msg = `m-p${i % 7}-${i}`;
-    const fate = poisonFate(msg, spec);
-    assert.equal(poisonFate(msg, spec), fate);
-    tally[fate]++;
+  for (let lane = 0; lane < 4; lane++) {
+    for (let seq = 0; seq < 200; seq++) {
+      const msg = `m-p${lane}-${seq}`;
+      const fate = poisonFate(msg, spec);
+      assert.equal(poisonFate(msg, spec), fate);
+      tally[fate]++;
+    }
   }
-  assert.ok(Math.abs(tally.nack / 20_000 - 0.1) < 0.01, JSON.stringify(tally));
-  assert.ok(Math.abs(tally["dead-letter"] / 20_000 - 0.05) < 0.01, JSON.stringify(tally));
+  assert.ok(Math.abs(tally.nack / 800 - 0.1) < 0.03, JSON.stringify(tally));
+  assert.ok(Math.abs(tally["dead-letter"] / 800 - 0.05) < 0.025, JSON.stringify(tally));
   assert.equal(poisonFate("m-p1-1", { nackShare: 0, deadLetterShare: 0 }), "mix");
 });
 

@@ -188,7 +188,12 @@ export function pickBehaviour(prng: Prng, mix: ConsumerMix): Behaviour {
 /** What a consumer does with message `msg` on a topic with a dead-letter topic: fail it on purpose, or go by the mix. */
 export function poisonFate(msg: string, spec: PoisonSpec): "nack" | "dead-letter" | "mix" {
   let h = 0x811c9dc5;
-  for (let i = 0; i < msg.length; i++) h = Math.imul(h ^ msg.charCodeAt(i), 0x01000193) >>> 0;
+  for (let i = 0; i < msg.length; i++) h = Math.imul(h ^ msg.charCodeAt(i), 0x01000193);
+  // FNV-1a's high bits barely move between ids that differ in their last digits (m-p1-74,
+  // m-p1-75): a finalizer spreads them, or the shares come out skewed.
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  h = (h ^ (h >>> 16)) >>> 0;
   const x = h / 0x1_0000_0000;
   if (x < spec.nackShare) return "nack";
   if (x < spec.nackShare + spec.deadLetterShare) return "dead-letter";
