@@ -91,12 +91,22 @@ function window(invNs: number, compNs: number, op: number): PairOp {
   return { op, kind: K_ACK, mandatory: true, invNs, compNs, handle: -1 };
 }
 
+/** When a delivery's lease may have ended: no earlier than `earliestNs`, surely by `latestNs`. */
+export interface LeaseEnd {
+  earliestNs: number;
+  latestNs: number;
+}
+
 /**
  * The first delivery of `deliveries` (op rows of one pair, in invoke order) begun after `max`
  * others had completed, that no fault of `env` explains; returned with the deliveries before it,
- * or null when every such delivery is explained (or there is none).
+ * or null when every such delivery is explained (or there is none). A delivery's count is written
+ * when its lease ends (on the ack log's schedule), so a fault may forget it if it may forget an
+ * ack taken over [the delivery, its lease's latest end]; each count forgotten allows one delivery
+ * more. A fault that may forget an ack taken after the last counted lease could end and before
+ * the excess delivery completed may have forgotten the move itself, which explains it too.
  */
-export function excessDelivery(ops: OpTable, deliveries: readonly number[], max: number, env: PairEnv): number[] | null {
+export function excessDelivery(ops: OpTable, deliveries: readonly number[], max: number, env: PairEnv, leaseEnd: (d: number) => LeaseEnd): number[] | null {
   // A broker that delivers a message without end would make this quadratic: the first excess
   // deliveries decide (one unexplained is enough to name the anomaly).
   const last = Math.min(deliveries.length, max + EXCESS_DELIVERIES_CHECKED_MAX);
@@ -105,22 +115,19 @@ export function excessDelivery(ops: OpTable, deliveries: readonly number[], max:
     const before: number[] = [];
     for (const d of deliveries) if (d !== dj && ops.compNs[d]! < ops.invNs[dj]!) before.push(d);
     if (before.length < max) continue;
-    let lastInvNs = -Infinity;
-    for (const s of before) lastInvNs = Math.max(lastInvNs, ops.invNs[s]!);
-    const move = window(lastInvNs, ops.compNs[dj]!, dj);
-    let explained = false;
+    const forgets = (s: number, w: PairOp): boolean => {
+      for (const f of env.ackForgetters(s)) if (f.invNs <= ops.compNs[dj]! && reachesRedelivery(f, s, dj, env) && forgetsAck(f, w, env)) return true;
+      return false;
+    };
+    let forgotten = 0;
+    let lastCounted = before[0]!;
     for (const s of before) {
-      const count = window(ops.invNs[s]!, ops.compNs[s]!, s);
-      for (const f of env.ackForgetters(s)) {
-        if (f.invNs > ops.compNs[dj]! || !reachesRedelivery(f, s, dj, env)) continue;
-        if (forgetsAck(f, count, env) || forgetsAck(f, move, env)) {
-          explained = true;
-          break;
-        }
-      }
-      if (explained) break;
+      if (forgets(s, window(ops.invNs[s]!, leaseEnd(s).latestNs, s))) forgotten++;
+      if (ops.invNs[s]! > ops.invNs[lastCounted]!) lastCounted = s;
     }
-    if (!explained) return [...before, dj];
+    if (before.length - forgotten < max) continue;
+    if (forgets(lastCounted, window(leaseEnd(lastCounted).earliestNs, ops.compNs[dj]!, dj))) continue;
+    return [...before, dj];
   }
   return null;
 }

@@ -353,3 +353,32 @@ test("stranded on a topic with a dead-letter topic: fewer deliveries than max_de
   const r = checkEvents(b.build().events);
   assert.deepEqual(Object.keys(r.anomalyCounts), ["stranded"]);
 });
+
+test("legal: a kill while a lease is live forgets that delivery's count (counts are written when a lease ends), however long after the delivery", () => {
+  // Seen against the dlq branch: a message nacked once, leased again, its owner killed 216 ms into
+  // the lease; after the start it is delivered twice more (counts 2 and 3), four times in all.
+  const build = (killMs: number): Report => {
+    const b = new HistoryBuilder(dlqConfig({ max_deliveries: 3 }));
+    b.produce("p1", "t", "m1", 0, 10);
+    b.consume("c1", "t", "m1", "d1", 20, 21);
+    b.handle("nack", "c1", "t", "m1", "d1", 500, 501);
+    b.consume("c1", "t", "m1", "d2", 510, 511, { deliveryCount: 2 });
+    b.fault("kill", killMs, killMs + 2, { node: "n1" });
+    b.fault("start", killMs + 10, killMs + 60, { node: "n1" }, "ok", { boot: "b2" });
+    b.handle("nack", "c1", "t", "m1", "d2", 1010, 1020, "info");
+    b.consume("c1", "t", "m1", "d3", 2000, 2001, { deliveryCount: 2, boot: "b2" });
+    b.handle("nack", "c1", "t", "m1", "d3", 2500, 2501);
+    b.consume("c1", "t", "m1", "d4", 2510, 2511, { deliveryCount: 3, boot: "b2" });
+    b.handle("nack", "c1", "t", "m1", "d4", 3000, 3001);
+    b.consume("c2", "t.dlq", "m1", "x1", 3100, 3101, { origin: { ...ORIGIN2, deliveries: 3 } });
+    b.ack("c2", "t.dlq", "m1", "x1", 3110, 3111);
+    b.empty("c1", "t", 6000, 6001);
+    b.empty("c2", "t.dlq", 6000, 6001);
+    return checkEvents(b.build().events);
+  };
+  const live = build(727);
+  assert.equal(live.verdict, "valid", `${live.reason} ${JSON.stringify(live.anomalies)}`);
+  // The same kill after the second lease surely ended (its timeout, plus ack_flush_ms and the slack): both counts were on disk.
+  const before = build(1800);
+  assert.deepEqual(Object.keys(before.anomalyCounts), ["delivered-after-dead-letter"]);
+});

@@ -28,7 +28,7 @@
 //     (owed 2 in the index) is judged after it: `dead-lettered-early`, its order, `lost`.
 
 import { F_ACK, F_CONSUME, F_DEAD_LETTER, F_EXTEND, F_NACK, O_FAIL, O_INFO, O_OK, type RunData } from "./collect.js";
-import { DeadLetterState, deadLetterEarly, duplicateStorage, excessDelivery } from "./dead-letter.js";
+import { DeadLetterState, deadLetterEarly, duplicateStorage, excessDelivery, type LeaseEnd } from "./dead-letter.js";
 import { FaultIndex, type FaultInfo } from "./faults.js";
 import { fmtMs, sortedUnique, type Findings } from "./findings.js";
 import type { PairTimes } from "./measures.js";
@@ -867,12 +867,37 @@ export class PairJudgement {
     this.testStranded();
   }
 
+  /**
+   * When delivery `d`'s lease may have ended: no earlier than a settle of it (any answer but a
+   * failure) began or its visibility timeout (less the slack) passed; surely by a nack's 204, or
+   * the timeout after it or its last extend.
+   */
+  private leaseEndOf(d: number): LeaseEnd {
+    const ops = this.ops;
+    const rows = this.index.opRows;
+    const handle = ops.delivery[d]!;
+    const vt = this.visibilityTimeoutNs;
+    let earliestNs = ops.invNs[d]! + vt - this.slackNs;
+    let latestNs = ops.compNs[d]! + vt;
+    let nackNs = Infinity;
+    for (let k = this.opsFrom; k < this.opsTo; k++) {
+      const op = rows[k]!;
+      if (op === d || ops.delivery[op] !== handle || ops.outcome[op] === O_FAIL) continue;
+      const f = ops.f[op]!;
+      if (f === F_EXTEND) latestNs = Math.max(latestNs, ops.compNs[op]! + vt);
+      else if (f !== F_CONSUME) earliestNs = Math.min(earliestNs, ops.invNs[op]!);
+      if (f === F_NACK && ops.outcome[op] === O_OK) nackNs = Math.min(nackNs, ops.compNs[op]!);
+    }
+    return { earliestNs, latestNs: Math.min(latestNs, nackNs) };
+  }
+
   /** delivered-after-dead-letter by count: a delivery beyond max_deliveries that no fault explains. */
   private testExcessDeliveries(max: number): void {
     const t = this.topic;
-    const shown = excessDelivery(this.ops, this.deliveries, max, this.envEvidenced[t]!);
+    const leaseEnd = (d: number): LeaseEnd => this.leaseEndOf(d);
+    const shown = excessDelivery(this.ops, this.deliveries, max, this.envEvidenced[t]!, leaseEnd);
     if (shown === null) return;
-    if (this.anyUnevidenced && excessDelivery(this.ops, this.deliveries, max, this.envAll[t]!) === null) {
+    if (this.anyUnevidenced && excessDelivery(this.ops, this.deliveries, max, this.envAll[t]!, leaseEnd) === null) {
       this.unknownPair("explained-by-unevidenced-fault", shown, "delivered more than max_deliveries times; legal only if a fault that left no boot evidence happened");
       return;
     }
