@@ -382,3 +382,17 @@ test("legal: a kill while a lease is live forgets that delivery's count (counts 
   const before = build(1800);
   assert.deepEqual(Object.keys(before.anomalyCounts), ["delivered-after-dead-letter"]);
 });
+
+test("legal, not lost on its topic: every delivery there went to consumes whose answers were lost, and it arrived on the dead-letter topic", () => {
+  // Found by the simulated broker with dead letters: lost on t was reported for such a message.
+  const b = new HistoryBuilder(dlqConfig());
+  b.produce("p1", "t", "m1", 0, 10);
+  b.op("c1", "consume", { topic: "t" }, 20, 1020, "info", { error: "timeout" });
+  b.op("c1", "consume", { topic: "t" }, 1100, 2100, "info", { error: "timeout" });
+  b.consume("c2", "t.dlq", "m1", "x1", 2200, 2201, { origin: ORIGIN2 });
+  b.ack("c2", "t.dlq", "m1", "x1", 2210, 2211);
+  b.empty("c1", "t", 5000, 5001);
+  b.empty("c2", "t.dlq", 5000, 5001);
+  const r = checkEvents(b.build().events);
+  assert.equal(r.verdict, "valid", `${r.reason} ${JSON.stringify(r.anomalies)}`);
+});

@@ -708,6 +708,9 @@ export class PairJudgement {
     const tookEffect = this.produceOk || (!this.dlqPath && !this.produceFailedAll && firstDeliveryNs < Infinity);
     let deliveredHere = false;
     for (const d of this.deliveries) if (ops.compNs[d]! > this.produceInvNs) deliveredHere = true;
+    // Delivered on its dead-letter topic: it was on this one (its deliveries here may all have
+    // gone to consumes whose answers were lost), and moved.
+    if (!deliveredHere && !this.dlqPath && this.topology.deadLetterOf[t]! >= 0) deliveredHere = this.deliveredOnDeadLetterPath();
     if (!tookEffect || deliveredHere) return;
     const produce = this.produce;
     const drain = this.index.drainOp[t]!;
@@ -862,9 +865,17 @@ export class PairJudgement {
     // Settled by the move, for the silence measure, as an ack would have.
     if (dead.dueNs[p]! < this.times.settleNs[p]!) this.times.settleNs[p] = dead.dueNs[p]!;
     if (dead.fromNs[p]! < Infinity) return; // moved, or may have been: owed on the dead-letter path instead
-    const dlq = this.index.findPair(this.msg, this.topology.deadLetterOf[this.topic]!);
-    if (dlq >= 0 && this.index.opsStart[dlq + 1]! > this.index.opsStart[dlq]!) return; // judged there (dead-lettered-early)
+    if (this.deliveredOnDeadLetterPath()) return; // judged there (dead-lettered-early)
     this.testStranded();
+  }
+
+  /** Whether the pair's message was delivered on the dead-letter topic of its path. */
+  private deliveredOnDeadLetterPath(): boolean {
+    const ops = this.ops;
+    const dlq = this.index.findPair(this.msg, this.topology.deadLetterOf[this.topic]!);
+    if (dlq < 0) return false;
+    for (let k = this.index.opsStart[dlq]!; k < this.index.opsStart[dlq + 1]!; k++) if (ops.f[this.index.opRows[k]!] === F_CONSUME) return true;
+    return false;
   }
 
   /**

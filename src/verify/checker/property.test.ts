@@ -264,6 +264,26 @@ test("histories of a correct broker with idempotent producers re-sending lost an
   assert.ok(duplicates > 0, "no re-send was answered as a duplicate");
 });
 
+test("histories of a correct broker with dead letters (moves by count and dead_letter=true, counts forgotten by kills) are valid", () => {
+  let moved = 0;
+  let excess = 0;
+  fc.assert(
+    fc.property(fc.integer({ min: 1, max: 0x7fffffff }), fc.integer({ min: 1, max: 2 }), (seed, nodes) => {
+      const lines = simulateHistory({ seed, nodes, durationMs: 400, producers: 2, consumers: 3, faultEveryMs: 150, visibilityTimeoutMs: 80, deadLetters: true }) as Line[];
+      const r = checkEvents(lines);
+      assert.equal(r.verdict, "valid", `seed ${seed}: ${r.reason}: ${JSON.stringify(r.anomalies.slice(0, 3))} ${JSON.stringify(r.unknowns.slice(0, 3))}`);
+      for (const l of lines) {
+        if (l.f !== "consume" || l.type !== "ok" || l.value["msg"] === null) continue;
+        if (l.value["topic"] === "t.dlq") moved++;
+        else if (l.value["topic"] === "t" && (l.value["delivery_count"] as number) > 3) excess++;
+      }
+    }),
+    { numRuns: RUNS },
+  );
+  assert.ok(moved > 0, "no run moved a message to the dead-letter topic");
+  void excess;
+});
+
 const MUTATIONS: Array<[string, Mutation]> = [
   ["dropping a delivery is lost", dropDelivery],
   ["delivering a never-produced message is unexpected", addUnexpected],
@@ -316,6 +336,9 @@ const SEEDED_BUGS: Array<[SimBug, AnomalyName[], Partial<SimOptions>]> = [
   ["recopy-on-terminate", ["duplicate-after-ack", "no-legal-order", "double-lease"], {}],
   // Issue 14: a re-send after the owner's restart stored again; the copies' other rules stay quiet.
   ["dedupe-forgets", ["duplicate-produce"], { idempotent: true, lostResponseRate: 0.15 }],
+  ["dead-letter-early", ["dead-lettered-early"], { deadLetters: true }],
+  // Counts must be on disk well before a kill for forgetting them to show: a short flush, long leases.
+  ["counts-forgotten", ["delivered-after-dead-letter"], { deadLetters: true, ackFlushMs: 10, visibilityTimeoutMs: 200, durationMs: 900 }],
 ];
 
 for (const [bug, expected, extra] of SEEDED_BUGS) {
