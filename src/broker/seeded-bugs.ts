@@ -32,6 +32,12 @@ export const SEEDED_BUGS = {
   "elect-incomplete-follower": "a failover promotes the first live follower, whether or not it holds every acknowledged record",
   "fenced-leader-answers": "a leader whose lease lapsed trusts its cached view and goes on serving: leases, acks and 202s (the owner check skips the lease deadline)",
   "acks-not-replicated": "acks stay on the leader: a failover redelivers every message acked on the old leader",
+  // Issue 14 (idempotent producers, dead letters): names and calibration rows only, their hooks
+  // come with the server code (src/verify/workloads/calibrate.ts, ISSUE14_CALIBRATION_CASES).
+  "dedupe-forgets-after-restart": "the dedupe window is not rebuilt from the log at start, so a re-send after a restart is stored again",
+  "dead-letter-early": "a message moves to its dead-letter topic when the lease of its (max_deliveries - 1)-th delivery ends",
+  "delivery-counts-not-persisted": "delivery counts live in memory only: after a restart every message's count starts again at 1",
+  "dead-letter-settle-before-copy": "a dead-letter move settles the message on its topic first and writes the dead-letter copy 500 ms later",
 } as const;
 
 export type SeededBugName = keyof typeof SEEDED_BUGS;

@@ -69,8 +69,12 @@ import { FailoverNemesis, isReplicatedFaultKind, needsPowerLoss, type FailoverTa
 import type { RunFaultKind } from "./protocol.js";
 import type { Proxy } from "../proxy/index.js";
 import { createServer } from "node:net";
+import { Narad } from "../../client/index.js";
+import { idempotentProducer } from "./next-wave.js";
 
 export const MAIN_TOPIC = "t";
+/** What consumers of a dead-letter topic do: ack, now and then slowly or after an extend. */
+const DEAD_LETTER_MIX = { ack: 90, nack: 0, extend: 5, slow: 5, lapse: 0, late: 0 };
 export const PROBE_TOPIC = "probe";
 
 export const RUN_LIMITS = {
@@ -372,6 +376,13 @@ function resolveRun(o: RunOptions): ResolvedRun {
     },
   ];
   if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS, system: "main" });
+  const dl = profile.deadLetters;
+  if (dl !== null) {
+    // Next wave: the main topic moves dead letters to a topic of its own (created first).
+    if (profile.children.length > 0) throw new RangeError("a dead-letter workload runs without children");
+    topics[0] = { ...topics[0]!, maxDeliveries: dl.maxDeliveries, deadLetterTopic: dl.topic };
+    topics.push({ name: dl.topic, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: "main" });
+  }
   const names = new Set(topics.map((t) => t.name));
   for (const c of profile.children) {
     // The checker tells paths apart by topic name alone: a remote topic must not share a name
@@ -424,6 +435,7 @@ function topicSpec(t: RunTopic): TopicSpec {
     partitions: t.partitions,
     visibilityTimeoutMs: t.visibilityTimeoutMs,
     ...(t.replicationFactor !== undefined ? { replicationFactor: t.replicationFactor, acks: t.acks! } : {}),
+    ...(t.deadLetterTopic !== undefined ? { maxDeliveries: t.maxDeliveries ?? null, deadLetterTopic: t.deadLetterTopic } : {}),
   };
 }
 
@@ -611,6 +623,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
           partitions: t.partitions,
           visibility_timeout_ms: t.visibilityTimeoutMs,
           ...(t.replicationFactor !== undefined ? { replication_factor: t.replicationFactor, acks: t.acks! } : {}),
+          ...(t.deadLetterTopic !== undefined ? { max_deliveries: t.maxDeliveries ?? null, dead_letter_topic: t.deadLetterTopic } : {}),
         },
       ]),
     ),
@@ -641,6 +654,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
       ...(remote ? { remote_nodes: run.remoteNodes } : {}),
       bugs: run.bugs,
       power_loss_mode: profile.powerLoss,
+      ...(profile.idempotent ? { idempotent: true } : {}),
       proxy: profile.proxy,
       faults: run.faults?.kinds ?? [],
       ...(run.replicationFactor > 1 ? { replication_factor: run.replicationFactor, acks: run.acks } : {}),
@@ -818,6 +832,8 @@ async function startSystems(s: RunState): Promise<void> {
       await createTopics(sys, run.topics.filter((t) => systemOf(s, t) === sys && !replicas.has(t.name)), signal);
     }),
   );
+  // Next wave: a server without idempotent producers stops the run here, with one line.
+  if (profile.idempotent) await checkIdempotentProducers(main);
   if (profile.children.length > 0) {
     await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote, signal);
   }
@@ -827,6 +843,16 @@ async function startSystems(s: RunState): Promise<void> {
 }
 
 // ---- load: the worker processes (producers, consumers, prober, replayer) ----
+
+/** Stops the run with one line (NextWaveUnsupported) when the system has no idempotent producers. */
+async function checkIdempotentProducers(sys: RunSystem): Promise<void> {
+  const client = new Narad({ url: sys.nodes[0]!.url, ...(sys.client !== null ? { user: sys.client.user, password: sys.client.password } : {}) });
+  try {
+    await idempotentProducer(client);
+  } finally {
+    await client.destroy().catch(() => undefined);
+  }
+}
 
 /** The worker specs of the run: producers and consumers of the main topic, consumers of each child path, prober, replayer. */
 function workerSpecs(s: RunState): WorkerSpec[] {
@@ -860,10 +886,23 @@ function workerSpecs(s: RunState): WorkerSpec[] {
       payloadBytesMax: profile.payloadBytesMax,
       keyedShare: 0.5,
       keys: 16,
+      ...(profile.idempotent ? { idempotent: true } : {}),
     });
   }
+  const dl = profile.deadLetters;
   for (let i = 0; i < profile.consumers; i++) {
-    addWorker(profile.consumerLanes, { role: "consumer", topic: MAIN_TOPIC, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs });
+    addWorker(profile.consumerLanes, {
+      role: "consumer",
+      topic: MAIN_TOPIC,
+      visibilityTimeoutMs: profile.visibilityTimeoutMs,
+      mix: profile.mix,
+      waitMs: profile.consumeWaitMs,
+      ...(dl !== null ? { deadLetters: { nackShare: dl.nackShare, deadLetterShare: dl.deadLetterShare } } : {}),
+    });
+  }
+  // The dead-letter topic is a path of its own: its consumers ack what arrives.
+  for (let i = 0; dl !== null && i < dl.consumers; i++) {
+    addWorker(profile.consumerLanes, { role: "consumer", topic: dl.topic, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: DEAD_LETTER_MIX, waitMs: profile.consumeWaitMs });
   }
   // Every child path has consumers of its own, on the system it lives on.
   for (const t of run.topics) {
@@ -1054,8 +1093,18 @@ async function drain(s: RunState): Promise<void> {
   if (s.interrupted) return;
   s.progress.set("drain");
   const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
+  // A dead-letter topic is drained after the topics that move messages to it (next wave): a move
+  // the drain of its source provokes (a lapsed last lease seen only then) lands before its drain.
+  const deadLetterTopics = new Set(run.topics.flatMap((t) => (t.deadLetterTopic !== undefined ? [t.deadLetterTopic] : [])));
+  await drainTopics(s, run.topics.filter((t) => !deadLetterTopics.has(t.name)), drainOpsMax);
+  await drainTopics(s, run.topics.filter((t) => deadLetterTopics.has(t.name)), drainOpsMax);
+}
+
+/** Consumes and acks each of `topics` until empty, several lanes at once, all topics together. */
+async function drainTopics(s: RunState, topics: readonly RunTopic[], drainOpsMax: number): Promise<void> {
+  const { profile, findings } = s;
   const drains: Promise<void>[] = [];
-  for (const t of run.topics) {
+  for (const t of topics) {
     const sys = systemOf(s, t);
     const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : t.name === PROBE_TOPIC ? 1 : Math.max(1, RUN_LIMITS.drainLanes / 2);
     for (let l = 0; l < lanes; l++) {
