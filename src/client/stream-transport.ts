@@ -251,6 +251,7 @@ export class StreamTransport {
           } else if (t === FRAME.goaway) {
             const e = decodeError(f);
             goaway = new NaradRequestError(e.status, e.code, `${e.message} (the node closed the stream; this message was not read: nothing was stored)`, true, e.retryAfterS);
+            socket.end(); // the node reads nothing more; it closes once we did
           }
         }
         if (this.#queue.length > 0) this.#kick();

@@ -92,6 +92,9 @@ export const STREAM_LIMITS = {
   socketWriteBytesMax: 4 * 1024 * 1024,
 } as const;
 
+/** After a GOAWAY, how long the server reads and drops what the client still sends before it closes. */
+const GOAWAY_LINGER_MS = 2000;
+
 export const STREAM_FRAME_BYTES_MAX = produceFrameBytesMax(LIMITS.messageBytesMax, LIMITS.keyBytesMax);
 
 /** The credit a connection gets: a share of the bytes the node lets wait for fsync, never less than one largest frame. */
@@ -249,6 +252,7 @@ class Session {
   start(head: Buffer): void {
     this.socket.setNoDelay(true);
     this.socket.on("data", (chunk: Buffer) => {
+      if (this.goneAway) return; // read and dropped: see maybeFinish
       this.reader.push(chunk);
       this.pump();
     });
@@ -459,7 +463,12 @@ class Session {
       this.socket.destroy();
       return;
     }
-    this.socket.once("finish", () => this.socket.destroy());
+    // Closing a socket whose kernel buffer still holds unread bytes (frames the client sent
+    // after the last one read) sends a reset, and a reset can make the client's kernel drop the
+    // answers and the GOAWAY it had not read yet. So the rest is read and dropped until the
+    // client closes its side, GOAWAY_LINGER_MS at most.
     this.socket.end(encodeError(FRAME.goaway, 0, fields(this.closing)));
+    this.socket.resume();
+    setTimeout(() => this.socket.destroy(), GOAWAY_LINGER_MS).unref();
   }
 }
