@@ -22,6 +22,8 @@ import {
 import { LIMITS } from "../src/protocol/wire.js";
 import { removeDir, startNode, waitFor, type RunningNode } from "./harness.js";
 import { startCluster } from "./support/local-cluster.js";
+import { WorkloadRuns } from "./support/workload-runs.js";
+import { runWorkload } from "../src/verify/workloads/index.js";
 
 const ADMIN_PASSWORD = "stream-admin-password";
 
@@ -450,5 +452,19 @@ test("stream: a 3-node cluster takes produce through the stream of one node; par
     await admin.close();
   } finally {
     await cluster.stop();
+  }
+});
+
+test("stream: the chaos workload (terminate or kill, then start) with its producers on transport: \"stream\" is judged valid", { timeout: 240_000 }, async () => {
+  const runs = new WorkloadRuns("narad-stream-workload-");
+  try {
+    const seed = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARAD_TEST_SEED) : 20261201;
+    const r = await runWorkload({ workload: "chaos", outDir: await runs.outDir(), seed, durationS: 8, faultIntervalMs: 1_500, faultHoldMs: 400, faultsMin: 2, transport: "stream" });
+    runs.assertValid(r);
+    assert.ok(r.counts.produceOk > 0, `seed ${seed}: no produce succeeded`);
+    const stops = r.report!.faults.filter((f) => (f.kind === "kill" || f.kind === "terminate") && f.outcome === "ok");
+    assert.ok(stops.length >= 2, `seed ${seed}: only ${stops.length} stops happened`);
+  } finally {
+    await runs.cleanup();
   }
 });
