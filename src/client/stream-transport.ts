@@ -84,6 +84,8 @@ export class StreamTransport {
   #reader: FrameReader | null = null;
   #timer: ReturnType<typeof setInterval> | null = null;
   #closeWaiters: (() => void)[] = [];
+  /** Set when the connection is ended because an answer is late: its calls fail request_timeout. */
+  #timedOut = false;
 
   constructor(private readonly o: StreamTransportOptions) {}
 
@@ -161,7 +163,8 @@ export class StreamTransport {
       // Answers come in order of commits, not of ids; the first late one ends the connection
       // (every unanswered frame on it is then ambiguous), so waiting calls are not held longer.
       if (now - c.sentAtMs > this.o.requestTimeoutMs) {
-        this.#socket?.destroy(new Error(`no answer in ${this.o.requestTimeoutMs} ms`));
+        this.#timedOut = true;
+        this.#socket?.destroy();
         return;
       }
     }
@@ -264,9 +267,11 @@ export class StreamTransport {
         this.#reader = null;
         if (this.#timer !== null) clearInterval(this.#timer);
         this.#timer = null;
-        for (const c of this.#inFlight.values()) {
-          c.reject(goaway ?? new NaradAmbiguousError("network_error", "produce: the stream connection closed before the answer came; the message may or may not be stored"));
-        }
+        const lost = this.#timedOut
+          ? new NaradAmbiguousError("request_timeout", `produce: no answer on the stream within ${this.o.requestTimeoutMs} ms; the message may or may not be stored`)
+          : new NaradAmbiguousError("network_error", "produce: the stream connection closed before the answer came; the message may or may not be stored");
+        this.#timedOut = false;
+        for (const c of this.#inFlight.values()) c.reject(goaway ?? lost);
         this.#inFlight.clear();
         if (this.#queue.length > 0 && !this.#closed) this.#connect();
         else this.#notifyClosed();
