@@ -430,25 +430,39 @@ test("stream: a cut connection (the client's, then the node killed) leaves every
   }
 });
 
-test("stream: a 3-node cluster takes produce through the stream of one node; partitions owned elsewhere are forwarded and answered with their owner", async () => {
-  const cluster = await startCluster({ nodes: 3 });
+test("stream: a 3-node cluster (security on) takes produce through the stream of one node; partitions owned elsewhere are forwarded and answered with their owner; a grant revoked through another node is seen on the stream", async () => {
+  const adminPassword = "stream-cluster-admin";
+  const cluster = await startCluster({ nodes: 3, security: true, adminPassword });
   try {
-    const admin = new Narad({ url: cluster.urls[0]! });
+    const admin = new Narad({ url: cluster.urls[0]!, user: "admin", password: adminPassword });
     await admin.createTopic({ name: "spread", partitions: 6 });
-    const placements = await waitFor(async () => {
+    await admin.createUser({ name: "pia", password: "pia-password" });
+    await admin.addGrant("pia", { action: "produce", pattern: "spread" });
+    await waitFor(async () => {
       const nodes = await admin.nodes();
-      const owned = nodes.filter((x) => x.partitions.some((p) => p.topic === "spread")).length;
-      return owned === 3 ? nodes : null;
+      return nodes.filter((x) => x.partitions.some((p) => p.topic === "spread")).length === 3;
     }, { what: "every node owning a partition of spread", timeoutMs: 20_000 });
-    assert.equal(placements.length, 3);
-    const sdk = new Narad({ url: cluster.urls[0]!, transport: "stream" });
+    const sdk = new Narad({ url: cluster.urls[0]!, user: "pia", password: "pia-password", transport: "stream" });
     const rs = await Promise.all(Array.from({ length: 600 }, (_, i) => sdk.produce("spread", `s${i}`, { key: `key-${i}` })));
     const owners = new Set(rs.map((r) => r.owner));
     assert.equal(owners.size, 3, `answers name the three owners: ${[...owners].join(", ")}`);
     const stored = await readAll(admin, "spread", 6);
     rs.forEach((r, i) => assert.equal(stored.get(`${r.partition}/${r.offset}`), `s${i}`));
     assert.equal(stored.size, 600);
+
+    // The grant lives in PostgreSQL: revoked through another node, it is gone for the stream's
+    // next frame (the change is answered once every live node re-read it).
+    const admin2 = new Narad({ url: cluster.urls[1]!, user: "admin", password: adminPassword });
+    await admin2.revokeGrant("pia", { action: "produce", pattern: "spread" });
+    const refused = await sdk.produce("spread", "after revoke").then(
+      () => assert.fail("a produce after the grant was revoked was stored"),
+      (e: unknown) => e,
+    );
+    assert.ok(refused instanceof NaradClientError && refused.status === 403 && refused.definite, String(refused));
+    await admin2.addGrant("pia", { action: "produce", pattern: "spread" });
+    await sdk.produce("spread", "granted again");
     await sdk.close();
+    await admin2.close();
     await admin.close();
   } finally {
     await cluster.stop();
