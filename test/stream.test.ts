@@ -35,6 +35,8 @@ class RawStream {
   readonly order: number[] = [];
   goaway: StreamErrorFields | null = null;
   creditGiven = 0;
+  /** CREDIT frames received: every write of answers to frames that took credit opens with one. */
+  creditFrames = 0;
   closed: Promise<void>;
   private constructor(
     readonly socket: Socket,
@@ -55,7 +57,10 @@ class RawStream {
           assert.ok(!this.answers.has(frameId(f)), `frame ${frameId(f)} is answered once`);
           this.answers.set(frameId(f), { kind: "error", e: decodeError(f) });
           this.order.push(frameId(f));
-        } else if (t === FRAME.credit) this.creditGiven += f.readUInt32BE(12);
+        } else if (t === FRAME.credit) {
+          this.creditGiven += f.readUInt32BE(12);
+          this.creditFrames++;
+        }
         else if (t === FRAME.goaway) this.goaway = decodeError(f);
         else assert.fail(`unknown server frame type ${t}`);
       }
@@ -312,6 +317,23 @@ test("stream: frames past the connection's credit are refused 429 credit_exceede
     const stored = await readAll(c, "credit", 1);
     const okIds = [...s.answers.entries()].filter(([, a]) => a.kind === "ok").map(([id]) => String(id));
     assert.deepEqual([...stored.values()].map((v) => v.split(":")[0]).sort(), okIds.sort(), "exactly the frames answered ok are stored");
+    s.socket.destroy();
+    await c.close();
+  });
+});
+
+test("stream: the answers of one commit leave in one socket write (each write opens with one CREDIT frame)", async () => {
+  await withNode({}, async (n) => {
+    const c = new Narad({ url: n.url });
+    await c.createTopic({ name: "coalesce", partitions: 1 });
+    const s = await RawStream.must(n.url);
+    const frames = Array.from({ length: 500 }, (_, i) => encodeProduce(i + 1, "coalesce", null, Buffer.from(`c${i}`)));
+    s.send(...frames);
+    await s.answered(frames.map((_, i) => i + 1));
+    assert.ok([...s.answers.values()].every((a) => a.kind === "ok"));
+    const writes = s.creditFrames;
+    assert.ok(writes >= 1 && writes <= 50, `500 answers came in ${writes} writes (one per commit), not one write each`);
+    assert.equal(s.creditGiven, frames.reduce((a, f) => a + f.length, 0), "the credit given back is the bytes of the frames answered");
     s.socket.destroy();
     await c.close();
   });
