@@ -334,6 +334,9 @@ test("stream: the answers of one commit leave in one socket write (each write op
     const writes = s.creditFrames;
     assert.ok(writes >= 1 && writes <= 50, `500 answers came in ${writes} writes (one per commit), not one write each`);
     assert.equal(s.creditGiven, frames.reduce((a, f) => a + f.length, 0), "the credit given back is the bytes of the frames answered");
+    const metrics = await c.metrics();
+    assert.match(metrics, /^narad_stream_connections 1$/m);
+    assert.match(metrics, /^narad_stream_frames_total\{answer="ok"\} 500$/m);
     s.socket.destroy();
     await c.close();
   });

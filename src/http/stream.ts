@@ -49,6 +49,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Socket } from "node:net";
 import type { Logger } from "pino";
+import { Counter, Gauge } from "prom-client";
 import type { Authenticator } from "../auth/authenticator.js";
 import { allows, type Principal } from "../auth/model.js";
 import type { UserStoreApi } from "../auth/user-store-api.js";
@@ -133,6 +134,9 @@ export function createStreamServer(o: StreamOptions): StreamServer {
   const sessions = new Set<Session>();
   let stopping = false;
   const framesInFlightMax = o.framesInFlightMax ?? STREAM_LIMITS.framesInFlightMax;
+  new Gauge({ name: "narad_stream_connections", help: "Open streaming-protocol connections", registers: [o.svc.metrics.registry], collect() { this.set(sessions.size); } });
+  const frames = new Counter({ name: "narad_stream_frames_total", help: "Frames answered on streaming-protocol connections, by answer (ok, error)", labelNames: ["answer"], registers: [o.svc.metrics.registry] });
+  const answered = { ok: frames.labels("ok"), error: frames.labels("error") };
 
   const refuse = (socket: Duplex, e: NaradError, reason: string): void => {
     o.svc.metrics.refusals.inc({ status: String(e.status), code: e.code });
@@ -163,7 +167,7 @@ export function createStreamServer(o: StreamOptions): StreamServer {
         (principal) => {
           if (stopping) return refuse(socket, new NaradError("shutting_down"), "Service Unavailable");
           if (socket.destroyed) return;
-          const s = new Session(socket as Socket, principal, authorization, o, log, framesInFlightMax, () => sessions.delete(s));
+          const s = new Session(socket as Socket, principal, authorization, o, log, framesInFlightMax, answered, () => sessions.delete(s));
           sessions.add(s);
           socket.write(
             `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${STREAM_PROTOCOL}\r\nConnection: Upgrade\r\n` +
@@ -237,6 +241,7 @@ class Session {
     private readonly o: StreamOptions,
     private readonly log: Logger,
     private readonly framesInFlightMax: number,
+    private readonly answered: { ok: { inc(n?: number): void }; error: { inc(n?: number): void } },
     onClose: () => void,
   ) {
     this.generation = principal === null ? undefined : o.users.generation(principal.name);
@@ -435,6 +440,10 @@ class Session {
     }
     this.inFlight -= as.length;
     this.creditUsed -= credit;
+    let errors = 0;
+    for (const a of as) if (a.error !== undefined) errors++;
+    if (errors > 0) this.answered.error.inc(errors);
+    if (as.length > errors) this.answered.ok.inc(as.length - errors);
     if (!this.socket.destroyed && this.socket.writable) {
       const out = Buffer.allocUnsafe(bytes);
       let at = credit > 0 ? writeCredit(out, 0, credit) : 0;
