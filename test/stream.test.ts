@@ -279,17 +279,25 @@ test("stream: malformed frames are answered by id and reading goes on; a frame t
     assert.equal(s2.goaway?.code, "bad_request");
     assert.equal(s2.goaway?.definite, true);
 
-    // The upgrade asked wrongly is an HTTP error with the JSON body.
+    // An upgrade to another protocol: without a body it is served as HTTP/1.1 (curl --http2
+    // asks for h2c so), with one it is refused with the JSON body; so is the stream on another path.
     const u = new URL(n.url);
-    const wrong = await new Promise<string>((resolve) => {
-      const sock = connect(Number(u.port), u.hostname);
-      let got = "";
-      sock.on("data", (b) => (got += b.toString()));
-      sock.on("close", () => resolve(got));
-      sock.write(`GET /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`);
-    });
-    assert.match(wrong, /^HTTP\/1\.1 400 /);
-    assert.match(wrong, /"code":"bad_request"/);
+    const ask = (text: string) =>
+      new Promise<string>((resolve) => {
+        const sock = connect(Number(u.port), u.hostname);
+        let got = "";
+        sock.on("data", (b) => (got += b.toString()));
+        sock.on("close", () => resolve(got));
+        sock.write(text);
+      });
+    const h2c = await ask(`GET /v1/topics/m HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n`);
+    assert.match(h2c, /^HTTP\/1\.1 200 /);
+    assert.match(h2c, /"name":"m"/);
+    const withBody = await ask(`POST /v1/topics/m/messages HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 3\r\n\r\nabc`);
+    assert.match(withBody, /^HTTP\/1\.1 400 /);
+    assert.match(withBody, /"code":"bad_request"/);
+    const otherPath = await ask(`GET /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: narad-stream\r\n\r\n`);
+    assert.match(otherPath, /^HTTP\/1\.1 400 /);
     const stored = await readAll(c, "m", 3);
     assert.deepEqual([...stored.values()].sort(), ["before", "first", "good", "just before"]);
     await c.close();

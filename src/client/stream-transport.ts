@@ -20,7 +20,8 @@
 // - The SDK checks a message before it sends it (topic name, key and payload sizes) so one bad
 //   message never costs a connection.
 
-import { request, type IncomingMessage } from "node:http";
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import { request as httpsRequest } from "node:https";
 import type { Socket } from "node:net";
 import { ERRORS } from "../protocol/errors.js";
 import {
@@ -175,9 +176,10 @@ export class StreamTransport {
     const u = this.o.url;
     const headers: Record<string, string> = { connection: "Upgrade", upgrade: STREAM_PROTOCOL };
     if (this.o.authorization !== undefined) headers.authorization = this.o.authorization;
-    const req = request({
+    const tls = u.protocol === "https:";
+    const req = (tls ? httpsRequest : httpRequest)({
       host: u.hostname.replace(/^\[|\]$/g, ""),
-      port: u.port === "" ? 80 : Number(u.port),
+      port: u.port === "" ? (tls ? 443 : 80) : Number(u.port),
       path: u.pathname.replace(/\/+$/, "") + STREAM_PATH,
       method: "GET",
       headers,
