@@ -91,6 +91,8 @@ export const STREAM_LIMITS = {
   batchBytesMax: 4 * 1024 * 1024,
   /** Answer bytes the socket may hold unwritten before reading stops. */
   socketWriteBytesMax: 4 * 1024 * 1024,
+  /** Topics whose name and grant checks a connection remembers (past it, they start over). */
+  topicChecksMax: 1024,
 } as const;
 
 /** After a GOAWAY, how long the server reads and drops what the client still sends before it closes. */
@@ -229,7 +231,8 @@ class Session {
   private goneAway = false;
   private authChecking = false;
   private generation: number | undefined;
-  private readonly grantCache = new Map<string, boolean>();
+  /** Per topic named on this connection: why a produce to it is refused (a bad name, no grant), or null. */
+  private readonly topicChecks = new Map<string, NaradError | null>();
   private readonly batches = new Map<string, Batch>();
   private readonly ctx: RequestContext;
   private closed!: Promise<void>;
@@ -323,7 +326,7 @@ class Session {
         this.authChecking = false;
         this.principal = p;
         this.generation = this.o.users.generation(p.name);
-        this.grantCache.clear();
+        this.topicChecks.clear();
         this.pump();
       },
       (e: unknown) => {
@@ -348,21 +351,19 @@ class Session {
     let item: ProduceItem;
     try {
       const p = decodeProduce(f, LIMITS.keyBytesMax);
-      topic = topicParam({ topic: p.topic });
+      topic = p.topic;
+      let refusal = this.topicChecks.get(topic);
+      if (refusal === undefined) {
+        refusal = this.checkTopic(topic);
+        if (this.topicChecks.size >= STREAM_LIMITS.topicChecksMax) this.topicChecks.clear();
+        this.topicChecks.set(topic, refusal);
+      }
+      if (refusal !== null) throw refusal;
       if (p.producer !== undefined) throw new NaradError("invalid_argument", "The producer field of a produce frame is reserved for idempotent producers, which this node does not serve on the stream yet.");
       if (p.payload.length > LIMITS.messageBytesMax) throw new NaradError("payload_too_large");
       item = { key: p.key, payload: p.payload };
     } catch (e) {
       return this.answerError(id, cost, e instanceof NaradError ? e : new NaradError("bad_request", `Frame ${id}: ${e instanceof FrameError ? e.message : String(e)}.`));
-    }
-    if (this.principal !== null) {
-      let ok = this.grantCache.get(topic);
-      if (ok === undefined) {
-        ok = allows(this.principal, "produce", topic);
-        if (this.grantCache.size > 1024) this.grantCache.clear();
-        this.grantCache.set(topic, ok);
-      }
-      if (!ok) return this.answerError(id, cost, new NaradError("forbidden", `User ${this.principal.name} may not produce on topic ${topic}; ask an admin for a grant.`));
     }
     let b = this.batches.get(topic);
     if (b === undefined) {
@@ -377,6 +378,19 @@ class Session {
       this.batches.delete(topic);
       this.submit(b);
     }
+  }
+
+  /** A topic name's refusal before anything is stored: not a name (400), or no produce grant on it (403, checked first as over HTTP: 404 only once the user may). */
+  private checkTopic(topic: string): NaradError | null {
+    try {
+      topicParam({ topic });
+    } catch (e) {
+      return e as NaradError;
+    }
+    if (this.principal !== null && !allows(this.principal, "produce", topic)) {
+      return new NaradError("forbidden", `User ${this.principal.name} may not produce on topic ${topic}; ask an admin for a grant.`);
+    }
+    return null;
   }
 
   private submitBatches(): void {
