@@ -18,6 +18,7 @@ import { LocalService } from "./broker/service.js";
 import { parseSeededBugs, SEEDED_BUGS, seededFaults } from "./broker/seeded-bugs.js";
 import { SdkRemoteSink } from "./remote-children.js";
 import { createHttpListener, createHttpServer, type NaradHttpServer } from "./http/server.js";
+import { streamCreditBytes } from "./http/stream.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { UserStore } from "./auth/store.js";
 import { ControlPlane } from "./cluster/control-plane.js";
@@ -171,6 +172,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     headersTimeoutMs: cfg["http.headers_timeout_ms"] as number,
     requestTimeoutMs: cfg["http.request_timeout_ms"] as number,
     keepAliveTimeoutMs: cfg["http.keep_alive_timeout_ms"] as number,
+    streamCreditBytes: streamCreditBytes(cfg["limits.pending_sync_bytes"] as number),
     nowMs: () => systemClock.nowMs(),
   };
   const urlOf = (server: Server) => {

@@ -57,6 +57,7 @@ import {
   errorFromResponse,
   errorFromTransport,
 } from "./errors.js";
+import { StreamTransport } from "./stream-transport.js";
 import type {
   AckStatus,
   AttachChildOptions,
@@ -240,6 +241,8 @@ export class Narad {
   readonly #hDeliveries: HeaderMap;
   readonly #topicPaths = new Map<string, string>();
   readonly #visibilityMs = new Map<string, number>();
+  /** produce() over the streaming protocol (`transport: "stream"`), else undefined. */
+  readonly #stream: StreamTransport | undefined;
 
   constructor(opts: NaradOptions) {
     const u = new URL(opts.url);
@@ -258,6 +261,7 @@ export class Narad {
     this.#hOctet = { ...auth, "content-type": "application/octet-stream" };
     this.#hBatch = { ...auth, "content-type": BATCH_BINARY_TYPE };
     this.#hDeliveries = { ...auth, accept: DELIVERIES_TYPE };
+    this.#stream = opts.transport === "stream" ? new StreamTransport({ url: u, authorization: auth.authorization, requestTimeoutMs: this.#requestTimeoutMs, connectTimeoutMs: opts.connectTimeoutMs ?? 10_000 }) : undefined;
     this.#pool = new Pool(u.origin, {
       connections: opts.connections ?? CONNECTIONS_DEFAULT,
       pipelining: 1,
@@ -269,11 +273,13 @@ export class Narad {
 
   /** Closes the connections after in-flight requests finish (a waiting long poll delays it). */
   close(): Promise<void> {
+    if (this.#stream !== undefined) return this.#stream.close().then(() => this.#pool.close());
     return this.#pool.close();
   }
 
   /** Closes the connections at once; in-flight requests fail with NaradAmbiguousError. */
   destroy(): Promise<void> {
+    this.#stream?.destroy();
     return this.#pool.destroy();
   }
 
@@ -374,7 +380,12 @@ export class Narad {
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
-  async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<Produced> {
+  produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<Produced> {
+    if (this.#stream !== undefined) return this.#stream.produce(topic, payload, opts.key ?? null, () => this.#produceHttp(topic, payload, opts));
+    return this.#produceHttp(topic, payload, opts);
+  }
+
+  async #produceHttp(topic: string, payload: Uint8Array | string, opts: { key?: string }): Promise<Produced> {
     const tp = this.#topicPath(topic);
     const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
     const res = await this.#call("POST", path, this.#hOctet, payload, "produce");

@@ -102,6 +102,11 @@ export const ERRORS = {
     definite: true,
     message: "Too many long polls are waiting on this node; retry after the Retry-After seconds.",
   },
+  credit_exceeded: {
+    status: 429,
+    definite: true,
+    message: "The stream connection sent more bytes than the credit the node gave it; wait for CREDIT frames before sending more (docs/api.md, \"Streaming protocol\").",
+  },
   internal: { status: 500, definite: false, message: "An internal error; the operation may or may not have happened." },
   unavailable: {
     status: 503,

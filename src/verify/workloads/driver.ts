@@ -225,6 +225,8 @@ export interface RunOptions {
   prober?: boolean;
   /** Server limit limits.pending_sync_bytes (min 1 MiB): small values provoke 429s. */
   pendingSyncBytes?: number;
+  /** How the workers' SDK clients produce (the SDK's `transport`); default "http". */
+  transport?: "http" | "stream";
   ackFlushMs?: number;
   ackSyncMs?: number;
   /** cluster.forward_timeout_ms of the nodes (default FORWARD_TIMEOUT_MS). */
@@ -857,6 +859,7 @@ async function checkIdempotentProducers(sys: RunSystem): Promise<void> {
 /** The worker specs of the run: producers and consumers of the main topic, consumers of each child path, prober, replayer. */
 function workerSpecs(s: RunState): WorkerSpec[] {
   const { run, profile, seed, main } = s;
+  const transport = s.opts.transport;
   let nextProcess = 0;
   const specs: WorkerSpec[] = [];
   const lanesTotal = profile.producers * profile.producerLanes;
@@ -873,6 +876,7 @@ function workerSpecs(s: RunState): WorkerSpec[] {
       ...(profile.cycle !== null && role.role === "producer" ? { gateClosed: true } : {}),
       seed: deriveSeed(seed, `worker-${worker}`),
       requestTimeoutMs: profile.requestTimeoutMs,
+      ...(transport !== undefined ? { transport } : {}),
       role,
     });
   };

@@ -115,6 +115,8 @@ export interface LaneOptions {
   auth?: Credentials;
   /** Which of the URLs the first request goes to (then each next one in turn). */
   firstUrl?: number;
+  /** The SDK's transport for produce (default "http"; "stream": the streaming protocol). */
+  transport?: "http" | "stream";
 }
 
 /** A consume's answer in history terms; `delivery` is set when a message was leased. */
@@ -143,6 +145,7 @@ export class Lane {
           requestTimeoutMs: opts.requestTimeoutMs,
           connectTimeoutMs: opts.requestTimeoutMs,
           ...(opts.auth !== undefined ? { user: opts.auth.user, password: opts.auth.password } : {}),
+          ...(opts.transport !== undefined ? { transport: opts.transport } : {}),
         }),
     );
     this.nextClient = (opts.firstUrl ?? 0) % this.clients.length;

@@ -157,6 +157,8 @@ export interface WorkerSpec {
   seed: number;
   /** Deadline of one request beyond its long-poll wait, ms. */
   requestTimeoutMs: number;
+  /** The SDK's transport for produce (default "http"). */
+  transport?: "http" | "stream";
   role: RoleSpec;
 }
 
