@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { openPartitionLog } from "../storage/partition-log.js";
 import { captureLogger, logOptions, TestClock, withTempDir } from "../../test/support/storage.js";
-import { DedupeWindow, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, SEQUENCE_RUN, WindowTotals, type WindowLimits } from "./producers.js";
+import { DedupeWindow, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, producerAttrsMany, SEQUENCE_RUN, WindowTotals, type WindowLimits } from "./producers.js";
 
 const A = "aa".repeat(16);
 const B = "bb".repeat(16);
@@ -64,15 +64,29 @@ test("entries bound: at entriesMax the window taking a sequence lets go of its o
   assert.equal(totals.entries, 40, "a window cleared gives its entries back");
 });
 
+test("producerAttrsMany writes what encodeAttrs does, for one producer and several", () => {
+  const ps = [
+    { id: A, sequence: 0 },
+    { id: A, sequence: 2 ** 40 + 3 },
+    { id: B, sequence: 7 },
+    { id: B, sequence: 8 },
+    { id: A, sequence: Number.MAX_SAFE_INTEGER },
+  ];
+  assert.deepEqual(producerAttrsMany(ps), ps.map(producerAttrs));
+});
+
 test("a reserved sequence makes a second lookup wait until it is settled", async () => {
   const w = new DedupeWindow(BIG);
-  const r = w.reserve(A, 7);
+  let settle!: () => void;
+  const until = new Promise<void>((r) => (settle = r));
+  w.reserve(A, 7, until);
   const l = w.lookup(A, 7, 1000);
   assert.equal(l.kind, "wait");
   let settled = false;
   const waiting = (l as { until: Promise<void> }).until.then(() => (settled = true));
   w.add(A, 7, 70, 1000);
-  r.settle();
+  w.release(A, 7, until);
+  settle();
   await waiting;
   assert.ok(settled);
   assert.deepEqual(w.lookup(A, 7, 1000), { kind: "stored", offset: 70 });

@@ -89,9 +89,23 @@ export function idempotentPartition(producerId: string, sequence: number, partit
 /** Item indexes per partition of an idempotent request: a key's partition, else the producer's. */
 export function idempotentGroups(items: readonly { key: string | Buffer | null; producer?: ProducerRef }[], partitions: number): Map<number, number[]> {
   const groups = new Map<number, number[]>();
+  // Consecutive unkeyed messages of one producer and one run share a partition: hashed once.
+  let lastId = "";
+  let lastRun = -1;
+  let lastP = 0;
   for (let i = 0; i < items.length; i++) {
     const it = items[i]!;
-    const p = it.key !== null ? keyPartition(it.key, partitions) : idempotentPartition(it.producer!.id, it.producer!.sequence, partitions);
+    let p: number;
+    if (it.key !== null) p = keyPartition(it.key, partitions);
+    else {
+      const run = Math.floor(it.producer!.sequence / SEQUENCE_RUN);
+      if (run !== lastRun || it.producer!.id !== lastId) {
+        lastP = idempotentPartition(it.producer!.id, it.producer!.sequence, partitions);
+        lastRun = run;
+        lastId = it.producer!.id;
+      }
+      p = lastP;
+    }
     const g = groups.get(p);
     if (g) g.push(i);
     else groups.set(p, [i]);
@@ -102,6 +116,32 @@ export function idempotentGroups(items: readonly { key: string | Buffer | null; 
 /** The attribute block of an idempotent record. */
 export function producerAttrs(p: ProducerRef): Buffer {
   return encodeAttrs({ producer: { id: Buffer.from(p.id, "hex"), sequence: p.sequence } })!;
+}
+
+/**
+ * The attribute blocks of many records, as views of one buffer: the block of the first, copied
+ * and given each one's id and sequence (what encodeAttrs writes, byte for byte: tag 1, u16
+ * length 24, 16 id bytes, u64 LE sequence; a unit test checks they agree).
+ */
+export function producerAttrsMany(ps: readonly ProducerRef[]): Buffer[] {
+  if (ps.length === 0) return [];
+  const one = producerAttrs(ps[0]!);
+  const n = one.length;
+  const all = Buffer.allocUnsafe(n * ps.length);
+  const out = new Array<Buffer>(ps.length);
+  let lastId = "";
+  for (let i = 0; i < ps.length; i++) {
+    const at = i * n;
+    const p = ps[i]!;
+    one.copy(all, at);
+    if (p.id !== ps[0]!.id && p.id !== lastId) all.write(p.id, at + 3, PRODUCER_ID_BYTES, "hex");
+    else if (p.id !== ps[0]!.id) all.copy(all, at + 3, at - n + 3, at - n + 3 + PRODUCER_ID_BYTES);
+    lastId = p.id;
+    all.writeUInt32LE(p.sequence >>> 0, at + 3 + PRODUCER_ID_BYTES);
+    all.writeUInt32LE(Math.floor(p.sequence / 4294967296), at + 3 + PRODUCER_ID_BYTES + 4);
+    out[i] = all.subarray(at, at + n);
+  }
+  return out;
 }
 
 export interface WindowLimits {
@@ -165,18 +205,18 @@ export class DedupeWindow {
     return { kind: "new" };
   }
 
-  /** Reserves a sequence for an append in flight; `settle` ends the reservation. */
-  reserve(id: string, sequence: number): { settle: () => void } {
-    const s = this.state(id);
-    let settle!: () => void;
-    const until = new Promise<void>((r) => (settle = r));
-    s.pending.set(sequence, until);
-    return {
-      settle: () => {
-        if (s.pending.get(sequence) === until) s.pending.delete(sequence);
-        settle();
-      },
-    };
+  /**
+   * Reserves sequences for an append in flight until `until` settles (one promise for a whole
+   * request: a promise per message would cost more than the rest of its bookkeeping); `release`
+   * ends the reservations once the outcome is known.
+   */
+  reserve(id: string, sequence: number, until: Promise<void>): void {
+    this.state(id).pending.set(sequence, until);
+  }
+
+  release(id: string, sequence: number, until: Promise<void>): void {
+    const s = this.producers.get(id);
+    if (s !== undefined && s.pending.get(sequence) === until) s.pending.delete(sequence);
   }
 
   /** Records a stored (producer, sequence) at its offset (an append, or the rebuild's scan). */
@@ -476,17 +516,19 @@ export class DedupeWindows {
     const sub: { key: Buffer | null; payload: Buffer; attrs: Buffer }[] = [];
     const subGroups = new Map<number, number[]>();
     const origin: number[] = []; // sub index → item index
-    const reservations: { settle: () => void }[] = [];
+    let settle!: () => void;
+    const until = new Promise<void>((r) => (settle = r));
     for (const [p, idxs] of fresh) {
       const w = wins.get(p)!;
       const g: number[] = [];
-      for (const i of idxs) {
+      const attrs = producerAttrsMany(idxs.map((i) => items[i]!.producer));
+      idxs.forEach((i, k) => {
         const it = items[i]!;
-        reservations.push(w.reserve(it.producer.id, it.producer.sequence));
+        w.reserve(it.producer.id, it.producer.sequence, until);
         g.push(sub.length);
         origin.push(i);
-        sub.push({ key: it.key, payload: it.payload, attrs: producerAttrs(it.producer) });
-      }
+        sub.push({ key: it.key, payload: it.payload, attrs: attrs[k]! });
+      });
       subGroups.set(p, g);
     }
     const assigned = new Map<number, number>();
@@ -509,7 +551,11 @@ export class DedupeWindows {
       for (const [p, base] of assigned) if (parts[p]?.log.failed === null) record(p, base);
       throw e;
     } finally {
-      for (const r of reservations) r.settle();
+      for (const [p, g] of subGroups) {
+        const w = wins.get(p)!;
+        for (const j of g) w.release(items[origin[j]!]!.producer.id, items[origin[j]!]!.producer.sequence, until);
+      }
+      settle();
     }
   }
 }
