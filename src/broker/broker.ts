@@ -24,6 +24,7 @@
 // more than `longPollsMax` waiting long polls → 429 too_many_waiters; a consume batch's payload
 // over `consumeBytesMax` → fewer messages in that answer; a create or grow past `partitionsMax`
 // partitions on this node → 409 partitions_limit (nothing is made).
+// Idempotent producers' dedupe windows are bounded in ./producers.ts (producers.*).
 //
 // Storage that fails (docs/operations.md, "A full disk, no descriptors"). A create or grow that
 // fails midway on an errno (ENOSPC, EMFILE, ...) is undone, files and all, and answers 503
