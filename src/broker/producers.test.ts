@@ -167,6 +167,10 @@ test("the produce path: duplicates answer their first offset, a batch re-sent in
     assert.deepEqual(new Set(same.map((r) => r[0]!.offset)), new Set([6]));
     assert.equal(same.filter((r) => r[0]!.duplicate !== true).length, 1);
     assert.equal(log.endOffset, 7);
+    // One sequence twice in one request (merged forwards): stored once, the copy answered from it.
+    const twice = await windows.produce("t", [part], [...items(7, 1), ...items(7, 1)], all(2), append);
+    assert.deepEqual(twice, [{ partition: 0, offset: 7 }, { partition: 0, offset: 7, duplicate: true }]);
+    assert.equal(log.endOffset, 8);
     await log.close();
   });
 });

@@ -463,10 +463,23 @@ export class DedupeWindows {
       const fresh = new Map<number, number[]>();
       let old: { sequence: number; floor: number } | undefined;
       let unconfirmed = false;
+      // One (producer, sequence) twice in one request (a cluster merges forwards of concurrent
+      // sends into one batch): the later copies are answered from the first.
+      const firstOf = items.length > 1 ? new Map<string, number>() : undefined;
+      const copies: [number, number][] = [];
       for (const [p, idxs] of groups) {
         const w = wins.get(p)!;
         for (const i of idxs) {
           const it = items[i]!;
+          if (firstOf !== undefined) {
+            const k = `${it.producer.id}:${it.producer.sequence}`;
+            const f = firstOf.get(k);
+            if (f !== undefined) {
+              copies.push([i, f]);
+              continue;
+            }
+            firstOf.set(k, i);
+          }
           const l = w.lookup(it.producer.id, it.producer.sequence, nowMs);
           if (l.kind === "stored") {
             if (l.offset >= parts[p]!.log.syncedOffset) unconfirmed = true;
@@ -493,11 +506,8 @@ export class DedupeWindows {
       if (unconfirmed) {
         throw new NaradError("no_quorum", `An earlier send of this sequence is stored on the leader of ${topic} but not yet confirmed by its acks mode; retry (the re-send is answered once it is).`);
       }
-      if (fresh.size === 0) {
-        this.duplicates?.inc({ topic }, items.length);
-        return results;
-      }
-      await this.appendFresh(topic, parts, items, fresh, wins, append, results);
+      if (fresh.size > 0) await this.appendFresh(topic, parts, items, fresh, wins, append, results);
+      for (const [i, f] of copies) results[i] = { partition: results[f]!.partition, offset: results[f]!.offset, duplicate: true };
       const dups = items.length - [...fresh.values()].reduce((n, x) => n + x.length, 0);
       if (dups > 0) this.duplicates?.inc({ topic }, dups);
       return results;
