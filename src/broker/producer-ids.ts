@@ -13,12 +13,11 @@
 // ones are looked up again).
 
 import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
 import type { Clock } from "../platform/clock.js";
-import { writeFileAtomic } from "../platform/files.js";
+import { readFileIfExists, writeFileAtomic } from "../platform/files.js";
 import { PRODUCER_ID_RE } from "./producers.js";
 
 /** Default of producers.ids_max. */
@@ -124,12 +123,7 @@ export class ProducerFile implements ProducerIdStore {
   static async open(dataDir: string, idleExpiryMs: number, idsMax: number, logger: Logger): Promise<ProducerFile> {
     const path = join(dataDir, PRODUCERS_FILE);
     const ids = new Map<string, number>();
-    let text: string | undefined;
-    try {
-      text = await readFile(path, "utf8");
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-    }
+    const text = await readFileIfExists(path);
     if (text !== undefined) {
       let j: FileShape;
       try {
