@@ -216,6 +216,12 @@ export function defineIdempotentSuite(name: string, deploy: Deploy): void {
             assert.equal(c.get(r.payload), 1, `${r.payload} stored once (answered ${r.at}${r.duplicate ? ", duplicate" : ""})`);
             assert.equal(where.get(r.payload), r.at, `${r.payload} is where its answer said`);
           }
+          // Never routed around the dead owner: each lane's sequences (all below 1024) stayed on its
+          // producer's partition, however its sends were refused meanwhile.
+          lanes.forEach((_, i) => {
+            const parts = new Set(results.filter((r) => r.payload.startsWith(`${i}-`)).map((r) => r.at.split("/")[0]));
+            assert.equal(parts.size, 1, `lane ${i} stored on one partition: ${[...parts].join(", ")}`);
+          });
           // And a re-send of what was stored before the crash is a duplicate at its first place.
           const id = await lanes[0]!.id();
           const again = await send(url(2), topic, id, 0, "0-0");
