@@ -50,7 +50,7 @@ export class ProducerIds implements ProducerIdsApi {
   constructor(
     private readonly store: ProducerIdStore,
     private readonly clock: Clock,
-    idleExpiryMs: number,
+    private readonly idleExpiryMs: number,
   ) {
     this.touchMs = Math.max(1, Math.min(TOUCH_INTERVAL_MS, Math.floor(idleExpiryMs / 4)));
   }
@@ -71,7 +71,17 @@ export class ProducerIds implements ProducerIdsApi {
       p = this.store.touch(id, this.clock.nowMs()).finally(() => this.inFlight.delete(id));
       this.inFlight.set(id, p);
     }
-    if (!(await p)) {
+    let live: boolean;
+    try {
+      live = await p;
+    } catch (e) {
+      // The store cannot answer now (a cluster's PostgreSQL is away): an id this node saw live
+      // within the idle expiry still is, and its use is recorded at the next check that works,
+      // so idempotent produces do not stop with the control plane.
+      if (at !== undefined && this.clock.monoMs() - at < this.idleExpiryMs) return;
+      throw e;
+    }
+    if (!live) {
       this.checked.delete(id);
       throw unknownProducer(id);
     }
