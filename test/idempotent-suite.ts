@@ -254,10 +254,10 @@ export function defineIdempotentSuite(name: string, deploy: Deploy): void {
       }
     });
 
-    test("small limits: a sequence older than the window is 409, before and after a restart; an idle id expires", async () => {
-      const idleExpiryMs = 2000;
+    test("a small window: a sequence older than the window is 409, before and after a restart", async () => {
+      const env = { NARAD_PRODUCERS_WINDOW_SEQUENCES: "50" };
       assert.deepEqual(await d.stopAll(), d.nodes.map(() => 0));
-      await d.startAll({ env: { NARAD_PRODUCERS_WINDOW_SEQUENCES: "50", NARAD_PRODUCERS_IDLE_EXPIRY_MS: String(idleExpiryMs) } });
+      await d.startAll({ env });
       await createTopic(url(0), "window");
       const id = await mint(url(0));
       const payloads = Array.from({ length: 60 }, (_, i) => `w-${i}`);
@@ -274,17 +274,25 @@ export function defineIdempotentSuite(name: string, deploy: Deploy): void {
       // After a restart the window is rebuilt from the log, with the same bound.
       const owner = await d.owner("window", b.body.results![0]!.partition);
       await owner.kill();
-      await owner.start({ env: { NARAD_PRODUCERS_WINDOW_SEQUENCES: "50", NARAD_PRODUCERS_IDLE_EXPIRY_MS: String(idleExpiryMs) } });
+      await owner.start({ env });
       await check(1);
       assert.equal(counts(await stored(url(2), "window")).get("w-3"), 1);
-      // Expiry: an id unused for longer than producers.idle_expiry_ms (plus the coarse
-      // recording of use, a quarter of it) is unknown. Time itself is what is under test here.
+    });
+
+    test("a short idle expiry: an id unused for longer is 400 unknown_producer through every node", async () => {
+      // Its own start: an id must outlive the restarts of the test before, not this expiry.
+      const idleExpiryMs = 2000;
+      assert.deepEqual(await d.stopAll(), d.nodes.map(() => 0));
+      await d.startAll({ env: { NARAD_PRODUCERS_IDLE_EXPIRY_MS: String(idleExpiryMs) } });
+      await createTopic(url(0), "expiry");
+      // An id unused for longer than producers.idle_expiry_ms (plus the coarse recording of use,
+      // a quarter of it) is unknown. Time itself is what is under test here.
       const idle = await mint(url(2));
-      assert.equal((await send(url(0), "window", idle, 0, "e-0")).status, 202);
+      assert.equal((await send(url(0), "expiry", idle, 0, "e-0")).status, 202);
       const usedAt = Date.now();
       await waitFor(() => Date.now() - usedAt > idleExpiryMs * 1.5, { timeoutMs: idleExpiryMs * 3, intervalMs: 100, what: "the idle expiry to pass" });
       for (let i = 0; i < d.urls.length; i++) {
-        const a = await send(url(i), "window", idle, 1, "e-1");
+        const a = await send(url(i), "expiry", idle, 1, "e-1");
         assert.equal(a.status, 400, JSON.stringify(a.body));
         assert.equal(a.body.error?.code, "unknown_producer");
       }
