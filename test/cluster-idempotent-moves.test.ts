@@ -96,7 +96,7 @@ test("after a replicated partition's failover, a re-send is a duplicate at its o
   await leader.kill();
   const survivor = c.nodes.find((n) => n !== leader)!;
   await waitFor(async () => ((await placement(survivor.url, "rep"))[0]!.node !== before.node ? true : undefined), { timeoutMs: 15_000, what: "a new leader" });
-  // Until the new leader's epoch marker commits, an idempotent produce is refused (definite); then a duplicate.
+  // Until the new leader's epoch marker commits an idempotent produce waits (up to 5 s, then 503 not_owner, definite); then a duplicate.
   await waitFor(async () => ((await send(survivor.url, "rep", id, 0)).status === 202 ? true : undefined), { timeoutMs: 15_000, what: "the new leader taking produces" });
   await leader.start();
   await waitFor(async () => {

@@ -43,6 +43,7 @@ import { Gauge, Counter, type Registry } from "prom-client";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
 import type { Clock } from "../platform/clock.js";
+import { systemScheduler, type Scheduler } from "../platform/scheduler.js";
 import { decodeAttrs, encodeAttrs, PRODUCER_ID_BYTES } from "../storage/attrs.js";
 import type { PartitionLog } from "../storage/types.js";
 import { fnv1a32, keyPartition } from "./partitioner.js";
@@ -57,6 +58,9 @@ export const DEDUPE_ENTRIES_MAX_DEFAULT = 10_000_000;
 export const IDLE_EXPIRY_MS_DEFAULT = 7 * 24 * 3600_000;
 /** Sequences per run that share a partition when unkeyed (SPEC: ⌊sequence / 1024⌋). */
 export const SEQUENCE_RUN = 1024;
+/** A new replicated leader is waited for this long (polled every READY_POLL_MS) before a refusal. */
+const READY_WAIT_MS = 5_000;
+const READY_POLL_MS = 5;
 /** Records read per step of a window's rebuild scan. */
 const SCAN_STEP_RECORDS = 1000;
 const SCAN_STEP_BYTES = 8 * 1024 * 1024;
@@ -369,6 +373,8 @@ export type AppendFn = (
 
 export interface DedupeOptions {
   clock: Clock;
+  /** Waits for a replicated partition's new leader to confirm what it holds (default: timers). */
+  scheduler?: Scheduler;
   logger: Logger;
   limits: WindowLimits;
 }
@@ -429,16 +435,24 @@ export class DedupeWindows {
       // A replicated partition's new leader cannot say yet what it holds: its old epoch's tail
       // becomes visible only with its marker, and a window built without it would store a
       // re-send of that tail again.
-      if (p.log.ready === false) {
-        throw new NaradError("not_owner", `${topic}/${p.index} has a new leader that has not yet confirmed what its replicas hold; nothing was stored. Retry shortly.`);
-      }
-      w = DedupeWindow.rebuild(p.log, this.o.limits, this.totals, this.o.clock.nowMs(), this.log.child({ topic, partition: p.index }));
+      // It is waited for (a topic just created, a failover a moment ago), then refused.
+      w = this.whenReady(p, topic).then(() => DedupeWindow.rebuild(p.log, this.o.limits, this.totals, this.o.clock.nowMs(), this.log.child({ topic, partition: p.index })));
       this.windows.set(p, w);
       w.catch(() => {
         if (this.windows.get(p) === w) this.windows.delete(p);
       });
     }
     return w;
+  }
+
+  private async whenReady(p: WindowPartition, topic: string): Promise<void> {
+    const until = this.o.clock.monoMs() + READY_WAIT_MS;
+    while (p.log.ready === false) {
+      if (this.o.clock.monoMs() >= until) {
+        throw new NaradError("not_owner", `${topic}/${p.index} has a new leader that has not yet confirmed what its replicas hold; nothing was stored. Retry shortly.`);
+      }
+      await (this.o.scheduler ?? systemScheduler).sleep(READY_POLL_MS);
+    }
   }
 
   /**
