@@ -342,6 +342,16 @@ async function firstAtOrAfter(log: PartitionLog, lo: number, end: number, cutoff
   return lo;
 }
 
+/** True when the items are one producer's strictly increasing sequences (the HTTP numbering): none repeats. */
+function increasing(items: readonly IdempotentItem[]): boolean {
+  const id = items[0]!.producer.id;
+  for (let i = 1; i < items.length; i++) {
+    const p = items[i]!.producer;
+    if (p.id !== id || p.sequence <= items[i - 1]!.producer.sequence) return false;
+  }
+  return true;
+}
+
 /** What the produce path needs of a partition. */
 export interface WindowPartition {
   readonly index: number;
@@ -479,7 +489,7 @@ export class DedupeWindows {
       let unconfirmed = false;
       // One (producer, sequence) twice in one request (a cluster merges forwards of concurrent
       // sends into one batch): the later copies are answered from the first.
-      const firstOf = items.length > 1 ? new Map<string, number>() : undefined;
+      const firstOf = items.length > 1 && !increasing(items) ? new Map<string, number>() : undefined;
       const copies: [number, number][] = [];
       for (const [p, idxs] of groups) {
         const w = wins.get(p)!;
@@ -546,28 +556,30 @@ export class DedupeWindows {
       const w = wins.get(p)!;
       const g: number[] = [];
       const attrs = producerAttrsMany(idxs.map((i) => items[i]!.producer));
-      idxs.forEach((i, k) => {
+      for (let k = 0; k < idxs.length; k++) {
+        const i = idxs[k]!;
         const it = items[i]!;
         w.reserve(it.producer.id, it.producer.sequence, until);
         g.push(sub.length);
         origin.push(i);
         sub.push({ key: it.key, payload: it.payload, attrs: attrs[k]! });
-      });
+      }
       subGroups.set(p, g);
     }
     const assigned = new Map<number, number>();
     const producedAtMs = this.o.clock.nowMs();
     const record = (p: number, base: number) => {
       const w = wins.get(p)!;
-      subGroups.get(p)!.forEach((j, k) => {
-        const it = items[origin[j]!]!;
+      const g = subGroups.get(p)!;
+      for (let k = 0; k < g.length; k++) {
+        const it = items[origin[g[k]!]!]!;
         w.add(it.producer.id, it.producer.sequence, base + k, producedAtMs);
-      });
+      }
     };
     try {
       const rs = await append(sub, subGroups, (p, base) => assigned.set(p, base));
       for (const [p, base] of assigned) record(p, base);
-      rs.forEach((r, j) => (results[origin[j]!] = { partition: r.partition, offset: r.offset }));
+      for (let j = 0; j < rs.length; j++) results[origin[j]!] = rs[j]!;
     } catch (e) {
       // Records the log assigned and still holds (its append did not stop it) may yet become
       // visible: they stay in the window, so a re-send is never stored beside them. A stopped
