@@ -75,17 +75,41 @@ test("producerAttrsMany writes what encodeAttrs does, for one producer and sever
   assert.deepEqual(producerAttrsMany(ps), ps.map(producerAttrs));
 });
 
+test("runs: a batch's consecutive sequences are one queue entry, bounded, expired and split around a copy already held", () => {
+  const totals = new WindowTotals();
+  const w = new DedupeWindow({ windowMs: 100, sequencesMax: 150, entriesMax: 1000 }, totals);
+  w.addRun(A, 0, 100, 500, 1000);
+  w.addRun(A, 100, 100, 700, 1050);
+  assert.deepEqual(w.lookup(A, 60, 1000), { kind: "stored", offset: 560 });
+  assert.deepEqual(w.lookup(A, 150, 1000), { kind: "stored", offset: 750 });
+  // The per-producer bound (150) let the oldest 50 go.
+  assert.deepEqual(w.lookup(A, 49, 1000), { kind: "old", floor: 50 });
+  assert.equal(totals.entries, 200, "the queue still counts the run until it leaves");
+  // The first run leaves with its time: the floor passes it.
+  assert.deepEqual(w.lookup(A, 60, 1101), { kind: "old", floor: 100 });
+  assert.equal(totals.entries, 100);
+  // A run over a sequence held already is split around it: the held one keeps its offset.
+  w.addRun(B, 0, 1, 9, 1101);
+  w.addRun(B, 0, 3, 20, 1101);
+  assert.deepEqual([0, 1, 2].map((q) => w.lookup(B, q, 1101)), [
+    { kind: "stored", offset: 9 },
+    { kind: "stored", offset: 21 },
+    { kind: "stored", offset: 22 },
+  ]);
+  assert.equal(w.size, 103);
+});
+
 test("a reserved sequence makes a second lookup wait until it is settled", async () => {
   const w = new DedupeWindow(BIG);
   let settle!: () => void;
   const until = new Promise<void>((r) => (settle = r));
-  w.reserve(A, 7, until);
+  w.reserve(A, 7, 1, until);
   const l = w.lookup(A, 7, 1000);
   assert.equal(l.kind, "wait");
   let settled = false;
   const waiting = (l as { until: Promise<void> }).until.then(() => (settled = true));
   w.add(A, 7, 70, 1000);
-  w.release(A, 7, until);
+  w.release(A, until);
   settle();
   await waiting;
   assert.ok(settled);

@@ -158,8 +158,11 @@ export interface WindowLimits {
 class ProducerState {
   /** Stored sequence → offset, in the order stored. */
   readonly seqs = new Map<number, number>();
-  /** Sequences reserved by appends in flight; settled when the append's outcome is known. */
-  readonly pending = new Map<number, Promise<void>>();
+  /**
+   * Runs of sequences [from, to) reserved by appends in flight, each until its append's outcome
+   * is known: one entry a request, not one a message (a producer has few requests in flight).
+   */
+  pending: { from: number; to: number; until: Promise<void> }[] = [];
   /** Sequences below it that are not in `seqs` are out of the window. */
   floor = 0;
 }
@@ -178,10 +181,14 @@ export class WindowTotals {
  */
 export class DedupeWindow {
   private readonly producers = new Map<string, ProducerState>();
+  // The time queue, as runs: consecutive sequences of one producer stored by one append
+  // (qSeq the first, qCount how many) share an entry, so a batch costs one, not one a message.
   private qState: ProducerState[] = [];
   private qSeq: number[] = [];
+  private qCount: number[] = [];
   private qTime: number[] = [];
   private qHead = 0;
+  private queued = 0;
 
   constructor(
     private readonly limits: WindowLimits,
@@ -190,7 +197,7 @@ export class DedupeWindow {
 
   /** Entries in the time queue (what counts against entriesMax). */
   get size(): number {
-    return this.qSeq.length - this.qHead;
+    return this.queued;
   }
 
   get producerCount(): number {
@@ -203,8 +210,7 @@ export class DedupeWindow {
     if (s === undefined) return { kind: "new" };
     const offset = s.seqs.get(sequence);
     if (offset !== undefined) return { kind: "stored", offset };
-    const until = s.pending.get(sequence);
-    if (until !== undefined) return { kind: "wait", until };
+    for (const r of s.pending) if (sequence >= r.from && sequence < r.to) return { kind: "wait", until: r.until };
     if (sequence < s.floor) return { kind: "old", floor: s.floor };
     return { kind: "new" };
   }
@@ -214,33 +220,45 @@ export class DedupeWindow {
    * request: a promise per message would cost more than the rest of its bookkeeping); `release`
    * ends the reservations once the outcome is known.
    */
-  reserve(id: string, sequence: number, until: Promise<void>): void {
-    this.state(id).pending.set(sequence, until);
+  reserve(id: string, from: number, count: number, until: Promise<void>): void {
+    this.state(id).pending.push({ from, to: from + count, until });
   }
 
-  release(id: string, sequence: number, until: Promise<void>): void {
+  release(id: string, until: Promise<void>): void {
     const s = this.producers.get(id);
-    if (s !== undefined && s.pending.get(sequence) === until) s.pending.delete(sequence);
+    if (s !== undefined && s.pending.length > 0) s.pending = s.pending.filter((r) => r.until !== until);
   }
 
   /** Records a stored (producer, sequence) at its offset (an append, or the rebuild's scan). */
   add(id: string, sequence: number, offset: number, producedAtMs: number): void {
+    this.addRun(id, sequence, 1, offset, producedAtMs);
+  }
+
+  /** Records `count` consecutive sequences from `first`, stored at consecutive offsets from `offset`. */
+  addRun(id: string, first: number, count: number, offset: number, producedAtMs: number): void {
     const s = this.state(id);
-    if (s.seqs.has(sequence)) return; // two copies in the log (stored before idempotence was on): the first answers
-    s.seqs.set(sequence, offset);
+    for (let k = 0; k < count; k++) {
+      // Two copies in the log (stored before idempotence was on): the first answers. The run is
+      // split so the queue never lets go of the first copy's entry for the second's.
+      if (s.seqs.has(first + k)) {
+        if (k > 0) this.addRun(id, first, k, offset, producedAtMs);
+        if (count - k - 1 > 0) this.addRun(id, first + k + 1, count - k - 1, offset + k + 1, producedAtMs);
+        return;
+      }
+    }
+    for (let k = 0; k < count; k++) s.seqs.set(first + k, offset + k);
     this.qState.push(s);
-    this.qSeq.push(sequence);
+    this.qSeq.push(first);
+    this.qCount.push(count);
     this.qTime.push(producedAtMs);
-    this.totals.entries++;
-    if (s.seqs.size > this.limits.sequencesMax) {
+    this.queued += count;
+    this.totals.entries += count;
+    while (s.seqs.size > this.limits.sequencesMax) {
       const oldest = s.seqs.keys().next().value as number;
       s.seqs.delete(oldest);
       if (oldest + 1 > s.floor) s.floor = oldest + 1;
     }
-    while (this.totals.entries > this.limits.entriesMax && this.size > 0) {
-      this.popFront();
-      this.totals.evicted++;
-    }
+    while (this.totals.entries > this.limits.entriesMax && this.queued > 0) this.totals.evicted += this.popFront();
   }
 
   /** Lets go of entries older than the window. */
@@ -251,10 +269,12 @@ export class DedupeWindow {
 
   /** Lets go of everything (the partition closed here). */
   clear(): void {
-    this.totals.entries -= this.size;
+    this.totals.entries -= this.queued;
+    this.queued = 0;
     this.producers.clear();
     this.qState = [];
     this.qSeq = [];
+    this.qCount = [];
     this.qTime = [];
     this.qHead = 0;
   }
@@ -268,21 +288,27 @@ export class DedupeWindow {
     return s;
   }
 
-  private popFront(): void {
+  /** Lets go of the oldest run; returns how many entries it held. */
+  private popFront(): number {
     const s = this.qState[this.qHead]!;
-    const seq = this.qSeq[this.qHead]!;
+    const first = this.qSeq[this.qHead]!;
+    const count = this.qCount[this.qHead]!;
     this.qState[this.qHead] = undefined as unknown as ProducerState; // let it be collected
     this.qHead++;
-    this.totals.entries--;
-    if (s.seqs.delete(seq) && seq + 1 > s.floor) s.floor = seq + 1;
+    this.queued -= count;
+    this.totals.entries -= count;
+    for (let k = 0; k < count; k++) s.seqs.delete(first + k);
+    if (first + count > s.floor) s.floor = first + count;
     // An emptied producer keeps its floor (a small object) while the window has room; the floor
     // is what answers 409 to a re-send older than the window.
     if (this.qHead > 1024 && this.qHead * 2 > this.qSeq.length) {
       this.qState = this.qState.slice(this.qHead);
       this.qSeq = this.qSeq.slice(this.qHead);
+      this.qCount = this.qCount.slice(this.qHead);
       this.qTime = this.qTime.slice(this.qHead);
       this.qHead = 0;
     }
+    return count;
   }
 
   /**
@@ -348,6 +374,16 @@ function increasing(items: readonly IdempotentItem[]): boolean {
   for (let i = 1; i < items.length; i++) {
     const p = items[i]!.producer;
     if (p.id !== id || p.sequence <= items[i - 1]!.producer.sequence) return false;
+  }
+  return true;
+}
+
+/** True when the indexed items are one producer's consecutive sequences (one run of the window). */
+function consecutive(items: readonly IdempotentItem[], idxs: readonly number[]): boolean {
+  const p0 = items[idxs[0]!]!.producer;
+  for (let k = 1; k < idxs.length; k++) {
+    const p = items[idxs[k]!]!.producer;
+    if (p.id !== p0.id || p.sequence !== p0.sequence + k) return false;
   }
   return true;
 }
@@ -556,10 +592,12 @@ export class DedupeWindows {
       const w = wins.get(p)!;
       const g: number[] = [];
       const attrs = producerAttrsMany(idxs.map((i) => items[i]!.producer));
+      const run = consecutive(items, idxs);
+      if (run) w.reserve(items[idxs[0]!]!.producer.id, items[idxs[0]!]!.producer.sequence, idxs.length, until);
       for (let k = 0; k < idxs.length; k++) {
         const i = idxs[k]!;
         const it = items[i]!;
-        w.reserve(it.producer.id, it.producer.sequence, until);
+        if (!run) w.reserve(it.producer.id, it.producer.sequence, 1, until);
         g.push(sub.length);
         origin.push(i);
         sub.push({ key: it.key, payload: it.payload, attrs: attrs[k]! });
@@ -571,6 +609,8 @@ export class DedupeWindows {
     const record = (p: number, base: number) => {
       const w = wins.get(p)!;
       const g = subGroups.get(p)!;
+      const head = items[origin[g[0]!]!]!.producer;
+      if (consecutive(items, fresh.get(p)!)) return w.addRun(head.id, head.sequence, g.length, base, producedAtMs);
       for (let k = 0; k < g.length; k++) {
         const it = items[origin[g[k]!]!]!;
         w.add(it.producer.id, it.producer.sequence, base + k, producedAtMs);
@@ -589,7 +629,12 @@ export class DedupeWindows {
     } finally {
       for (const [p, g] of subGroups) {
         const w = wins.get(p)!;
-        for (const j of g) w.release(items[origin[j]!]!.producer.id, items[origin[j]!]!.producer.sequence, until);
+        let last = "";
+        for (const j of g) {
+          const id = items[origin[j]!]!.producer.id;
+          if (id !== last) w.release(id, until);
+          last = id;
+        }
       }
       settle();
     }
