@@ -3,7 +3,8 @@
 // batches of 100, >= 0.8x single), and the memory of the dedupe state, measured in this process
 // on the broker's own DedupeWindow (heap used after a full GC, before and after filling it):
 // per 1 000 producers (each with a few sequences) and per million sequences (one producer, and
-// 1 000 producers of 1 000 each).
+// 1 000 producers of 1 000 each, sent one a request; and sent in batches of 100, which the window
+// keeps as runs).
 //
 // Each loop of the idempotent loads is a producer of its own (an id minted before the run) whose
 // sequences go up by one a message, as the SDK's producer numbers them.
@@ -85,10 +86,11 @@ export async function benchIdempotent(h: IdempotentHarness): Promise<void> {
   h.row("dedupe state per 1 000 producers, 10 sequences each (KiB)", (m.per1000Producers / 1024).toFixed(0), "", null, "(in-process, heap after GC)");
   h.row("dedupe state per million sequences, one producer (MiB)", (m.perMillionOne / 1024 / 1024).toFixed(1), "", null, "(in-process, heap after GC)");
   h.row("dedupe state per million sequences, 1 000 producers (MiB)", (m.perMillionSpread / 1024 / 1024).toFixed(1), "", null, "(in-process, heap after GC)");
+  h.row("dedupe state per million sequences sent in batches of 100 (MiB)", (m.perMillionBatched / 1024 / 1024).toFixed(1), "", null, "(in-process, heap after GC)");
 }
 
 /** Heap bytes a filled DedupeWindow holds, measured after full GCs. */
-export function dedupeMemory(): { per1000Producers: number; perMillionOne: number; perMillionSpread: number } {
+export function dedupeMemory(): { per1000Producers: number; perMillionOne: number; perMillionSpread: number; perMillionBatched: number } {
   setFlagsFromString("--expose-gc");
   const gc = runInNewContext("gc") as () => void;
   const measure = (fill: (w: DedupeWindow) => void): number => {
@@ -115,5 +117,8 @@ export function dedupeMemory(): { per1000Producers: number; perMillionOne: numbe
     let off = 0;
     for (let s = 0; s < 1000; s++) for (let p = 0; p < 1000; p++) w.add(id(p), s, off++, 1_700_000_000_000 + s);
   });
-  return { per1000Producers, perMillionOne, perMillionSpread };
+  const perMillionBatched = measure((w) => {
+    for (let b = 0; b < 10_000; b++) w.addRun(id(b % 1000), Math.floor(b / 1000) * 100, 100, b * 100, 1_700_000_000_000 + b);
+  });
+  return { per1000Producers, perMillionOne, perMillionSpread, perMillionBatched };
 }
