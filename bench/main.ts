@@ -11,7 +11,8 @@
 // slow spell hit both sides. BENCH_ONLY=name,name runs a subset.
 //
 // The peer brokers (NATS JetStream, BullMQ on Redis) are measured live in this run when their
-// servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq).
+// servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq). Idempotent
+// producers beside plain produce, and the dedupe state's memory: idempotent.ts (BENCH_ONLY=idempotent).
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, readFile } from "node:fs/promises";
@@ -367,6 +368,11 @@ async function main(): Promise<void> {
         return 100;
       }, node.proc.pid))) as [LoadResult];
       row("produce, batches of 100, 24 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~160 000 (recorded)", n.perS / 200_000, ">= 200 000 msgs/s (ratio to goal)");
+    }
+
+    if (want("idempotent")) {
+      const { benchIdempotent } = await import("./idempotent.js");
+      await benchIdempotent({ seconds: SECONDS, rounds: ROUNDS, warmupSeconds: WARMUP_SECONDS, payload: PAYLOAD, want, closedLoop, interleaved, row, fmt, pool: np, pid: node.proc.pid!, createTopic: (name, partitions) => createTopic(np, name, partitions) });
     }
 
     if (want("consume")) {

@@ -29,6 +29,8 @@ import { replicationFaults } from "./cluster/replication/faults.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
 import { ClusterService } from "./cluster/service.js";
+import { ClusterProducerIds } from "./cluster/producers.js";
+import { ProducerFile, ProducerIds } from "./broker/producer-ids.js";
 import { internalRoutes } from "./cluster/internal-routes.js";
 import type { UserStoreApi } from "./auth/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
@@ -164,7 +166,14 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     faults: seededFaults(bugs),
     partitionsMax,
     idleCloseMs: cfg["storage.idle_close_ms"] as number,
+    dedupe: {
+      windowMs: cfg["producers.dedupe_window_ms"] as number,
+      sequencesMax: cfg["producers.window_sequences"] as number,
+      entriesMax: cfg["producers.dedupe_entries_max"] as number,
+    },
   };
+  const idleExpiryMs = cfg["producers.idle_expiry_ms"] as number;
+  const idsMax = cfg["producers.ids_max"] as number;
   const httpCommon = {
     logger: log,
     nodeId: identity.nodeId,
@@ -189,10 +198,17 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
     }
     if (!dev) await bootstrapAdmin(users, env, log);
+    let producerFile: ProducerFile;
+    try {
+      producerFile = await ProducerFile.open(dataDir, idleExpiryMs, idsMax, log);
+    } catch (e) {
+      throw new StartupError((e as Error).message);
+    }
     const broker = await Broker.open({ ...brokerOptions, remote: new SdkRemoteSink(), userIdOf: (name) => users.get(name)?.id });
     const http = createHttpServer({
       ...httpCommon,
       service: new LocalService(broker),
+      producers: new ProducerIds(producerFile, systemClock, idleExpiryMs),
       users,
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       notReady: notReady(broker),
@@ -206,6 +222,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     http.setReady(true);
     return running(http, urlOf(http.server), identity, dataDir, lock, logger, log, cfg, async () => {
       await broker.close();
+      await producerFile.close();
     });
   }
 
@@ -326,6 +343,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       ...httpCommon,
       service,
       users,
+      producers: new ProducerIds(new ClusterProducerIds(cp, idleExpiryMs, idsMax), systemClock, idleExpiryMs),
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
       cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover, replication }) },

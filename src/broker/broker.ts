@@ -24,6 +24,7 @@
 // more than `longPollsMax` waiting long polls → 429 too_many_waiters; a consume batch's payload
 // over `consumeBytesMax` → fewer messages in that answer; a create or grow past `partitionsMax`
 // partitions on this node → 409 partitions_limit (nothing is made).
+// Idempotent producers' dedupe windows are bounded in ./producers.ts (producers.*).
 //
 // Storage that fails (docs/operations.md, "A full disk, no descriptors"). A create or grow that
 // fails midway on an errno (ENOSPC, EMFILE, ...) is undone, files and all, and answers 503
@@ -61,6 +62,7 @@ import { HandleCodec } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
 import { BrokerMetrics } from "./metrics.js";
 import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
+import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type ProducerRef, type WindowLimits } from "./producers.js";
 
 export type { ReplicatedParts } from "./partition-opener.js";
 import type { Partition, Taken } from "./partition.js";
@@ -123,6 +125,8 @@ export interface BrokerOptions {
   partitionsMax?: number;
   /** storage.idle_close_ms: a partition idle this long lets its descriptors go (default IDLE_CLOSE_MS_DEFAULT). */
   idleCloseMs?: number;
+  /** producers.*: the dedupe windows' bounds (./producers.ts; defaults there). */
+  dedupe?: WindowLimits;
 }
 
 /** What the broker needs from the cluster (src/cluster). */
@@ -186,6 +190,8 @@ export interface Delivery {
 export interface ProduceItem {
   key: string | null;
   payload: Buffer;
+  /** An idempotent produce's producer and sequence (./producers.ts); every item of a request has one or none does. */
+  producer?: ProducerRef;
 }
 
 export type SettleAction = "ack" | "extend" | "nack";
@@ -212,6 +218,8 @@ export class Broker {
   private readonly store: MetadataStore;
   private readonly partitions: PartitionOpener;
   private readonly links: ChildLinks;
+  /** Idempotent producers' dedupe windows, one per open partition (./producers.ts). */
+  readonly dedupe: DedupeWindows;
   private waiterCount = 0;
   private pendingSyncBytes = 0;
   /** Partitions of this node's topics, and of creates and grows in flight (limits.partitions). */
@@ -228,6 +236,8 @@ export class Broker {
     this.faults = opts.faults ?? NO_FAULTS;
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
     this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
+    this.dedupe = new DedupeWindows({ clock: opts.clock, scheduler: this.scheduler, logger: this.log, limits: opts.dedupe ?? DEDUPE_DEFAULTS });
+    this.dedupe.registerMetrics(this.metrics.registry);
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
     const topic = (name: string) => this.topic(name);
     this.links = new ChildLinks({
@@ -252,6 +262,7 @@ export class Broker {
         consumerOffsetCommitIntervalMs: opts.consumerOffsetCommitIntervalMs,
         powerLoss: opts.powerLoss,
         fs: opts.storageFs,
+        onClosed: (p) => this.dedupe.closed(p),
         replicate:
           opts.cluster?.replicate === undefined
             ? undefined
@@ -484,7 +495,7 @@ export class Broker {
    * (definite: nothing was written) when it does not own the partition now; ownership_lost
    * (indefinite) when it lost it while the write was in flight.
    */
-  async produceTo(topicName: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+  async produceTo(topicName: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
     this.assertOpen();
     const t = this.topic(topicName);
     const p = t.partitions[partition];
@@ -493,11 +504,8 @@ export class Broker {
     if (this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0) {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
-    const results = await this.appendGroups(
-      t,
-      items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
-      new Map([[partition, items.map((_, i) => i)]]),
-    );
+    const groups = new Map([[partition, items.map((_, i) => i)]]);
+    const results = items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, groups) : await this.appendGroups(t, toAppend(items), groups);
     if (!this.owns(t, p)) {
       throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
     }
@@ -506,7 +514,7 @@ export class Broker {
   }
 
   /** Appends the items, resolves once they are all durable; results in request order. */
-  async produce(topicName: string, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+  async produce(topicName: string, items: ProduceItem[]): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
     this.assertOpen();
     const t = this.topic(topicName);
     const bytes = messagesBytesEstimate(items);
@@ -514,10 +522,8 @@ export class Broker {
     if (overloaded && !this.faults.storesWhenOverloaded()) {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
-    const results = await this.appendTo(
-      t,
-      items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
-    );
+    const results =
+      items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, idempotentGroups(items, t.partitions.length)) : await this.appendTo(t, toAppend(items));
     if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
     this.metrics.produced.inc({ topic: topicName }, items.length);
     return results;
@@ -538,8 +544,25 @@ export class Broker {
     return this.appendGroups(t, items, groups);
   }
 
-  /** Appends each group to its partition (which must be open) and waits for every fsync. */
-  private async appendGroups(t: Topic, items: { key: Buffer | null; payload: Buffer }[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number }[]> {
+  /**
+   * An idempotent produce (./producers.ts): duplicates answered from the partitions' dedupe
+   * windows, the rest appended with their producer attribute. Never routed elsewhere.
+   */
+  private appendIdempotent(t: Topic, items: ProduceItem[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
+    const its: IdempotentItem[] = items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload, producer: it.producer! }));
+    return this.dedupe.produce(t.meta.name, t.partitions, its, groups, (sub, g, onAssigned) => this.appendGroups(t, sub, g, onAssigned));
+  }
+
+  /**
+   * Appends each group to its partition (which must be open) and waits for every fsync.
+   * `onAssigned` hears each partition's base offset as its log assigns it (./producers.ts).
+   */
+  private async appendGroups(
+    t: Topic,
+    items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[],
+    groups: Map<number, number[]>,
+    onAssigned?: (partition: number, baseOffset: number) => void,
+  ): Promise<{ partition: number; offset: number }[]> {
     const bytes = messagesBytesEstimate(items);
     const now = this.opts.clock.nowMs();
     const started = this.opts.clock.monoMs();
@@ -564,6 +587,7 @@ export class Broker {
         now,
       );
       idxs.forEach((i, j) => (results[i] = { partition: p, offset: baseOffset + j }));
+      onAssigned?.(p, baseOffset);
       durables.push(durable);
     }
     this.pendingSyncBytes += bytes;
@@ -969,6 +993,14 @@ export class Broker {
     for (const t of this.topics.values()) await this.partitions.closeAll(t);
     await this.links.close();
   }
+}
+
+/** producers.* defaults (./producers.ts). */
+const DEDUPE_DEFAULTS: WindowLimits = { windowMs: DEDUPE_WINDOW_MS_DEFAULT, sequencesMax: WINDOW_SEQUENCES_DEFAULT, entriesMax: DEDUPE_ENTRIES_MAX_DEFAULT };
+
+/** Produce items as the log appends them (keys as bytes). */
+function toAppend(items: readonly ProduceItem[]): { key: Buffer | null; payload: Buffer }[] {
+  return items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload }));
 }
 
 /** The errno of a storage error (or of its cause), or a short name for one that has none. */

@@ -41,6 +41,8 @@ export interface PartitionStorageOptions {
   powerLoss: boolean;
   /** The filesystem of the partition's files (default node:fs). */
   fs?: StorageFs;
+  /** A partition closed here (its dedupe window goes with it, ./producers.ts). */
+  onClosed?: (p: Partition) => void;
   /**
    * Cluster mode: wraps an owned partition of a replicated topic (replication_factor above 1) so
    * that its appends and acks reach its followers (src/cluster/replication).
@@ -191,6 +193,7 @@ export class PartitionOpener {
       const logger = this.o.logger.child({ topic: t.meta.name, partition: i });
       await p.log.close().catch((err: unknown) => logger.error({ err: (err as Error).message }, "the partition's log failed; closed without its unsynced tail"));
       await p.acks.close().catch((err: unknown) => logger.error({ err: (err as Error).message }, "the partition's ack log could not be closed cleanly"));
+      this.o.onClosed?.(p);
     }
   }
 

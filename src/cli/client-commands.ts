@@ -135,11 +135,25 @@ function registerProduce(program: Command): void {
     .option("--key <key>", "message key: the same key goes to the same partition")
     .option("--file <path>", "read the message bytes from a file (- is stdin)")
     .option("--json", "print {\"partition\", \"offset\"} as JSON")
+    .option("--idempotent", "produce idempotently: re-send an ambiguous answer with the same sequence until it is definite (stored once); prints the producer id and sequence")
+    .option("--producer-id <id>", "with --idempotent: the producer id to use (default: a new one), e.g. to send again what an earlier run could not confirm")
+    .option("--sequence <n>", "with --producer-id: the message's sequence (default 0)", intArg("--sequence"))
     .action(
       clientAction(async (c: Narad, o: Opts, topic: string, message: string | undefined) => {
         if (message !== undefined && o.file !== undefined) throw new UsageError("give either MESSAGE or --file, not both");
+        if ((o.producerId !== undefined || o.sequence !== undefined) && o.idempotent !== true) throw new UsageError("--producer-id and --sequence go with --idempotent");
+        if (o.sequence !== undefined && o.producerId === undefined) throw new UsageError("--sequence needs --producer-id");
         const payload = message !== undefined ? Buffer.from(message, "utf8") : await readPayload(o.file as string | undefined);
-        const r = await c.produce(topic, payload, { key: o.key as string | undefined });
+        const key = o.key as string | undefined;
+        if (o.idempotent === true) {
+          const p = c.producer({ idempotent: true, producerId: o.producerId as string | undefined, nextSequence: o.sequence as number | undefined });
+          const r = await p.produce(topic, payload, { key });
+          const producerId = await p.id();
+          if (o.json) json({ partition: r.partition, offset: r.offset, producer_id: producerId, sequence: r.sequence, duplicate: r.duplicate });
+          else out(`partition ${r.partition} offset ${r.offset}${r.duplicate ? " (duplicate: stored before)" : ""} producer ${producerId} sequence ${r.sequence}\n`);
+          return;
+        }
+        const r = await c.produce(topic, payload, { key });
         if (o.json) json({ partition: r.partition, offset: r.offset });
         else out(`partition ${r.partition} offset ${r.offset}\n`);
       }),

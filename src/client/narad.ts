@@ -91,6 +91,7 @@ interface NodeJson {
 }
 type Method = "GET" | "POST" | "PATCH" | "DELETE";
 
+import { IdempotentProducer, type IdempotentProducerOptions } from "./producer.js";
 const REQUEST_TIMEOUT_MS_DEFAULT = 30_000;
 /** How long movePartition waits for the move's answer: a move copies the partition's files. */
 const MOVE_TIMEOUT_MS = 15 * 60_000;
@@ -380,15 +381,16 @@ export class Narad {
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
-  produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<Produced> {
-    if (this.#stream !== undefined) return this.#stream.produce(topic, payload, opts.key ?? null, () => this.#produceHttp(topic, payload, opts));
+  produce(topic: string, payload: Uint8Array | string, opts: { key?: string } & IdempotentSend = {}): Promise<Produced> {
+    // The stream carries no producer id yet (a reserved field): an idempotent send goes by HTTP.
+    if (this.#stream !== undefined && opts.producerId === undefined) return this.#stream.produce(topic, payload, opts.key ?? null, () => this.#produceHttp(topic, payload, opts));
     return this.#produceHttp(topic, payload, opts);
   }
 
-  async #produceHttp(topic: string, payload: Uint8Array | string, opts: { key?: string }): Promise<Produced> {
+  async #produceHttp(topic: string, payload: Uint8Array | string, opts: { key?: string } & IdempotentSend): Promise<Produced> {
     const tp = this.#topicPath(topic);
     const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
-    const res = await this.#call("POST", path, this.#hOctet, payload, "produce");
+    const res = await this.#call("POST", path, withProducer(this.#hOctet, opts), payload, "produce");
     // The parsed body is the result: the owner's two fields go on it, no second object.
     const r = (await res.body.json()) as Produced;
     r.owner = header(res.headers, HEADERS.owner) ?? header(res.headers, HEADERS.node) ?? null;
@@ -407,7 +409,7 @@ export class Narad {
   async produceBatch(
     topic: string,
     messages: readonly ProduceMessage[],
-    opts: { encoding?: "binary" | "json" } = {},
+    opts: { encoding?: "binary" | "json" } & IdempotentSend = {},
   ): Promise<ProduceResult[]> {
     if (messages.length === 0) return [];
     const path = `${this.#topicPath(topic)}/messages/batch`;
@@ -420,10 +422,10 @@ export class Narad {
             return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
           }),
         };
-        res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "produce batch");
+        res = await this.#call("POST", path, withProducer(this.#hJson, opts), JSON.stringify(body), "produce batch");
       } else {
         const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
-        res = await this.#call("POST", path, this.#hBatch, body, "produce batch");
+        res = await this.#call("POST", path, withProducer(this.#hBatch, opts), body, "produce batch");
       }
     } catch (e) {
       // Results that do not cover the batch message for message cannot say which were stored.
@@ -431,6 +433,25 @@ export class Narad {
       throw e;
     }
     return ((await res.body.json()) as BatchProduceResponse).results;
+  }
+
+  /**
+   * A new producer id (POST /v1/producers): 32 hex digits, kept by the broker until unused for
+   * its `producers.idle_expiry_ms`. Most callers want `producer({ idempotent: true })`, which
+   * takes one and numbers its messages.
+   */
+  async createProducerId(): Promise<string> {
+    const res = await this.#call("POST", `${this.#base}/producers`, this.#hJson, "{}", "create producer");
+    return ((await res.body.json()) as { producer_id: string }).producer_id;
+  }
+
+  /**
+   * An idempotent producer (./producer.ts): its produce() and produceBatch() re-send an
+   * ambiguous answer with the same sequence until the answer is definite, so a message is stored
+   * once. Its id is taken at its first produce.
+   */
+  producer(opts: IdempotentProducerOptions): IdempotentProducer {
+    return new IdempotentProducer(this, opts);
   }
 
   // ---------------------------------------------------------------- consume
@@ -960,6 +981,19 @@ function toTopic(t: TopicJson): Topic {
 
 function toChild(c: ChildJson): TopicChild {
   return c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms };
+}
+
+/** Options of produce() and produceBatch() that make them idempotent; IdempotentProducer sets them. */
+export interface IdempotentSend {
+  /** From createProducerId(). */
+  producerId?: string;
+  /** The message's sequence (a batch's first; its messages take N, N+1, …). */
+  sequence?: number;
+}
+
+function withProducer(h: HeaderMap, o: IdempotentSend): HeaderMap {
+  if (o.producerId === undefined) return h;
+  return { ...h, [HEADERS.producerId]: o.producerId, [HEADERS.sequence]: String(o.sequence ?? 0) };
 }
 
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {

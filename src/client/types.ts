@@ -109,6 +109,8 @@ export interface UpdateTopicOptions {
 export interface ProduceResult {
   partition: number;
   offset: number;
+  /** An idempotent produce whose (producer, sequence) was stored before: this is the original, nothing was stored again. */
+  duplicate?: boolean;
 }
 
 /** What produce() resolves with: where the message was stored, and the node that stored it. */

@@ -31,6 +31,7 @@ import type { Duplex } from "node:stream";
 import FindMyWay from "find-my-way";
 import type { Logger } from "pino";
 import type { Service } from "../broker/service.js";
+import type { ProducerIdsApi } from "../broker/producer-ids.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import type { UserStoreApi } from "../auth/user-store-api.js";
 import { NaradError } from "../protocol/errors.js";
@@ -57,6 +58,8 @@ export interface HttpOptions {
   requestTimeoutMs: number;
   keepAliveTimeoutMs: number;
   users: UserStoreApi;
+  /** Producer ids (src/broker/producer-ids.ts: a file on one node, PostgreSQL in a cluster); absent: none are kept, idempotent produces are refused. */
+  producers?: ProducerIdsApi;
   /** Absent with security off (--dev): every request is allowed without credentials. */
   authenticator?: Authenticator;
   nowMs: () => number;
@@ -117,6 +120,12 @@ function endAfterWrites(socket: Duplex): void {
   socket.end();
 }
 
+/** A server built without producer ids (some tests): ids are neither minted nor known. */
+const NO_PRODUCERS: ProducerIdsApi = {
+  mint: () => Promise.reject(new NaradError("not_found", "This server keeps no producer ids.")),
+  use: () => Promise.reject(new NaradError("unknown_producer")),
+};
+
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const { service: svc, nodeId, bootId, cluster } = opts;
   const log = opts.logger.child({ module: "http" });
@@ -129,7 +138,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId };
   opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()), opts.notReady ?? (() => null));
   topicRoutes(deps, opts.users);
-  messageRoutes(deps);
+  messageRoutes(deps, opts.producers ?? NO_PRODUCERS);
   userRoutes(deps, opts.users, opts.nowMs);
   nodeRoutes(deps, cluster);
   if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalRouteKit(nodeId, bootId));
