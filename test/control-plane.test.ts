@@ -21,6 +21,9 @@ import { systemClock } from "../src/platform/clock.js";
 import { ManualScheduler } from "../src/platform/manual.js";
 import { startProxy } from "../src/verify/proxy/proxy.js";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
+import { TestClock } from "./support/storage.js";
+import { ProducerIds } from "../src/broker/producer-ids.js";
+import { ClusterProducerIds } from "../src/cluster/producers.js";
 
 // The single node's store already has the shape of the shared interface (compile-time check).
 const _userStoreFits: (s: UserStore) => UserStoreApi = (s) => s;
@@ -488,6 +491,34 @@ test("a connection killed in the middle of a transaction fails that write with C
   }
   const r = await a.updateTopic("locked", { retention_ms: 7 });
   assert.equal(r.topic.retention_ms, 7);
+});
+
+test("producer ids: a node cut off from PostgreSQL still takes an id it saw live within the idle expiry, and answers 503 for the rest", async () => {
+  const url = await server.newDatabase();
+  const proxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: Number(new URL(url).port) });
+  try {
+    const viaProxy = new URL(url);
+    viaProxy.port = String(proxy.address.port);
+    const a = await node(viaProxy.toString(), "a", { connectTimeoutMs: 500, statementTimeoutMs: 1000 });
+    const idle = 10_000;
+    const clock = new TestClock();
+    const ids = new ProducerIds(new ClusterProducerIds(a, idle, 100), clock, idle);
+    const x = await ids.mint();
+    const y = await ids.mint();
+    await ids.use(x);
+    proxy.cut("both");
+    clock.advance(5_000); // past the touch interval (2.5 s), within the expiry: the failed touch is forgiven
+    await ids.use(x);
+    await ids.use(y);
+    clock.advance(6_000); // past the expiry since the last touch that reached PostgreSQL
+    await assert.rejects(ids.use(x), (e: unknown) => e instanceof NaradError && e.code === "control_plane_unavailable");
+    await assert.rejects(ids.use("c".repeat(32)), (e: unknown) => e instanceof NaradError && e.code === "control_plane_unavailable");
+    proxy.heal("both");
+    await waitFor("the id is taken again once PostgreSQL answers", async () => ids.use(x).then(() => true, () => false), 10_000);
+    await assert.rejects(ids.use("c".repeat(32)), (e: unknown) => e instanceof NaradError && e.code === "unknown_producer");
+  } finally {
+    await proxy.close();
+  }
 });
 
 test("a node cut off from PostgreSQL fences itself before anyone sees it down; a reset mid-transaction does not crash it", async () => {

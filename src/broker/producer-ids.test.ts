@@ -65,29 +65,5 @@ test("a damaged producers.json refuses the start with what to do", async () => {
     await assert.rejects(ProducerFile.open(dir, IDLE, 10, captureLogger().logger), /producers\.json is damaged .*restore it from a backup, or move it aside/);
   });
 });
-
-test("a store that cannot answer (the control plane away) does not refuse an id seen live within the idle expiry", async () => {
-  const clock = new TestClock();
-  let up = true;
-  const known = new Set<string>();
-  const store = {
-    insert: async (id: string) => void known.add(id),
-    touch: async (id: string) => {
-      if (!up) throw new NaradError("control_plane_unavailable");
-      return known.has(id);
-    },
-  };
-  const ids = new ProducerIds(store, clock, IDLE);
-  const a = await ids.mint();
-  const b = await ids.mint();
-  await ids.use(a);
-  up = false;
-  clock.advance(5_000); // past the touch interval (2.5 s), within the expiry
-  await ids.use(a);
-  await ids.use(b);
-  clock.advance(6_000); // past the expiry since the last check that worked
-  await assert.rejects(ids.use(a), (e: unknown) => e instanceof NaradError && e.code === "control_plane_unavailable");
-  await assert.rejects(ids.use("c".repeat(32)), (e: unknown) => e instanceof NaradError && e.code === "control_plane_unavailable");
-  up = true;
-  await ids.use(a);
-});
+// A store that cannot answer (PostgreSQL away) is tested with the real control plane behind a cut
+// proxy: test/control-plane.test.ts, "producer ids: a node cut off from PostgreSQL ...".
