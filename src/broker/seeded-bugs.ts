@@ -102,6 +102,22 @@ class AcksInMemoryOnly implements AckLog {
     return this.inner.settledRanges(rangesMax); // what reached the ack log: none of this bug's acks
   }
 
+  deliveries(offset: number): number {
+    return this.inner.deliveries(offset);
+  }
+
+  deadLetterAsked(offset: number): boolean {
+    return this.inner.deadLetterAsked(offset);
+  }
+
+  recordDeliveries(offset: number, count: number, deadLetter?: boolean): void {
+    this.inner.recordDeliveries(offset, count, deadLetter);
+  }
+
+  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    this.inner.forEachDelivery(fn);
+  }
+
   flushAndSync(): Promise<void> {
     return this.inner.flushAndSync();
   }

@@ -130,6 +130,20 @@ UPDATE narad.topics t SET owner_id = u.id FROM narad.users u WHERE u.name = t.ow
 UPDATE narad.topics SET owner = NULL WHERE owner_id IS NULL;
 `,
   },
+  {
+    version: 4,
+    name: "dead letters: max_deliveries and dead_letter_topic per topic",
+    sql: `
+-- SPEC "Dead letters". Both NULL (the default) for every existing topic: unlimited deliveries,
+-- no dead-letter topic. The dead-letter topic is checked to exist when set (src/cluster/service.ts),
+-- not by a foreign key: a dead-letter topic may be deleted, and its moves then wait (retried)
+-- until it exists again or the field changes (docs/operations.md, "Dead letters").
+-- IF NOT EXISTS: this migration does not depend on the others of its release, whatever their order.
+ALTER TABLE narad.topics
+  ADD COLUMN IF NOT EXISTS max_deliveries integer CHECK (max_deliveries BETWEEN 1 AND 1000),
+  ADD COLUMN IF NOT EXISTS dead_letter_topic text;
+`,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
