@@ -15,7 +15,8 @@ import assert from "node:assert/strict";
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { waitFor } from "./harness.js";
+import { Narad } from "../src/client/index.js";
+import { runNarad, waitFor } from "./harness.js";
 import { singleNode, threeNodeCluster, type Deploy, type Deployment } from "./support/deployment.js";
 import { postgresForFile } from "./support/postgres.js";
 
@@ -358,6 +359,57 @@ function suite(deploy: Deploy, label: string) {
       assert.match(metrics, /narad_redriven_messages_total\{topic="dlq-x"\} \d/);
     });
 
+
+    test("the SDK shows the origin and redrives; the CLI sets, shows and redrives", async () => {
+      const sdk = new Narad({ url: d.urls[d.urls.length - 1]! });
+      try {
+        await sdk.createTopic({ name: "dlq-s", partitions: 3 });
+        const t = await sdk.createTopic({ name: "src-s", partitions: 1, maxDeliveries: 1, deadLetterTopic: "dlq-s" });
+        assert.equal(t.maxDeliveries, 1);
+        assert.equal(t.deadLetterTopic, "dlq-s");
+        const p = await sdk.produce("src-s", "sdk-poison", { key: "sk" });
+        const m = await waitFor(() => sdk.consume("src-s", { waitMs: 500 }), { timeoutMs: 10_000, what: "the message" });
+        assert.equal(m.origin, null);
+        await m.nack(); // its one allowed delivery: moved
+        const dead = await waitFor(() => sdk.consume("dlq-s", { waitMs: 500 }), { timeoutMs: 20_000, what: "the dead letter" });
+        assert.deepEqual({ ...dead.origin!, producedAt: 0 }, { topic: "src-s", partition: p.partition, offset: p.offset, deliveries: 1, producedAt: 0 });
+        await dead.nack();
+        const batch = await waitFor(async () => {
+          const ms = await sdk.consumeBatch("dlq-s", { maxMessages: 10, waitMs: 500 });
+          return ms.length > 0 ? ms : undefined;
+        }, { timeoutMs: 10_000, what: "the dead letter in a binary batch" });
+        assert.equal(batch[0]!.origin?.topic, "src-s");
+        await batch[0]!.nack();
+        const page = await sdk.replay("dlq-s", batch[0]!.partition, { offset: batch[0]!.offset, limit: 1 });
+        assert.equal(page.messages[0]!.origin?.deliveries, 1);
+        assert.deepEqual(await sdk.redrive("dlq-s"), { moved: 1, skipped: 0 });
+        const back = await waitFor(() => sdk.consume("src-s", { waitMs: 500 }), { timeoutMs: 10_000, what: "the redriven message" });
+        assert.equal(back.text(), "sdk-poison");
+        assert.equal(back.key, "sk");
+        await back.deadLetter();
+        await waitFor(async () => ((await sdk.replay("dlq-s", 0)).messages.length + (await sdk.replay("dlq-s", 1)).messages.length + (await sdk.replay("dlq-s", 2)).messages.length) >= 2, { timeoutMs: 20_000, what: "the second dead letter" });
+
+        const env = { NARAD_URL: d.urls[0]! };
+        const created = await runNarad(["topic", "create", "src-c", "--max-deliveries", "4", "--dead-letter-topic", "dlq-s", "--json"], { env });
+        assert.equal(created.code, 0, created.stderr);
+        assert.equal((JSON.parse(created.stdout) as Json).max_deliveries, 4);
+        const described = await runNarad(["topic", "describe", "src-c"], { env });
+        assert.match(described.stdout, /dead letters\s+after 4 deliveries, to dlq-s/);
+        const bad = await runNarad(["topic", "update", "src-c", "--max-deliveries", "1001"], { env });
+        assert.notEqual(bad.code, 0);
+        const cleared = await runNarad(["topic", "update", "src-c", "--max-deliveries", "none", "--dead-letter-topic", "none", "--json"], { env });
+        assert.equal(cleared.code, 0, cleared.stderr);
+        assert.equal((JSON.parse(cleared.stdout) as Json).dead_letter_topic, null);
+        const redriven = await runNarad(["topic", "redrive", "dlq-s", "--to", "src-c", "--json"], { env });
+        assert.equal(redriven.code, 0, redriven.stderr);
+        assert.deepEqual(JSON.parse(redriven.stdout), { moved: 1, skipped: 0 });
+        const moved = await waitFor(() => sdk.consume("src-c", { waitMs: 500 }), { timeoutMs: 10_000, what: "the message redriven by the CLI" });
+        assert.equal(moved.text(), "sdk-poison");
+        await moved.ack();
+      } finally {
+        await sdk.close();
+      }
+    });
   });
 }
 
