@@ -609,7 +609,7 @@ export class ReplicatedLog implements PartitionLog {
       ms: l.match >= end ? 0 : now - l.caughtUpMono,
       inSync: inSync.includes(l.node),
       // Acks taken here that have not reached the follower yet (buffered, queued or in flight).
-      acksPending: this.ackBuf.length + l.ackQueued,
+      acksPending: this.ackBuf.length + this.deliveryBuf.length + l.ackQueued,
     }));
   }
 
