@@ -342,6 +342,13 @@ function suite(deploy: Deploy, label: string) {
       r = await a.json("POST", "/v1/topics/dlq-x/redrive", {});
       assert.deepEqual(r.body, { moved: 0, skipped: 0 });
       await assertEmpty(a, "dlq-x");
+      // A message produced to the dead-letter topic by hand has no origin: skipped, and left there.
+      await a.produce("dlq-x", "no-origin");
+      r = await a.json("POST", "/v1/topics/dlq-x/redrive", {});
+      assert.deepEqual(r.body, { moved: 0, skipped: 1 });
+      const left = await next(a, "dlq-x", "the message redrive skipped");
+      assert.equal(left.payload, "no-origin");
+      assert.equal((await a.settle("dlq-x", left.handle, "")).status, 204);
       const back = new Map<string, Leased>();
       for (const topic of ["src-x", "other-x"]) {
         for (;;) {
