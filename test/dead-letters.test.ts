@@ -239,6 +239,27 @@ function suite(deploy: Deploy, label: string) {
       await assertEmpty(a, "src-l");
     });
 
+    test("a move that cannot be made yet is retried, and the message is not delivered meanwhile", async () => {
+      await a.create("dlq-w", { partitions: 3 });
+      await a.create("src-w", { partitions: 1, max_deliveries: 1, dead_letter_topic: "dlq-w" });
+      // The dead-letter topic goes away: every move fails until it is back.
+      assert.equal((await a.json("DELETE", "/v1/topics/dlq-w")).status, 204);
+      await a.produce("src-w", "waiting");
+      const l = await next(a, "src-w", "the one allowed delivery");
+      assert.equal((await a.settle("src-w", l.handle, "&extend=0")).status, 204);
+      const owner = await d.owner("src-w", 0);
+      await waitFor(async () => {
+        const m = (await (await fetch(`${owner.url}/metrics`)).text()).match(/narad_dead_letter_move_failures_total\{topic="src-w"\} (\d+)/);
+        return m !== null && Number(m[1]) >= 2;
+      }, { timeoutMs: 20_000, what: "failed moves, retried" });
+      await assertEmpty(a, "src-w"); // out of delivery while its move waits
+      await a.create("dlq-w", { partitions: 3 });
+      const dead = await next(a, "dlq-w", "the dead letter, once its topic exists again");
+      assert.equal(dead.payload, "waiting");
+      assert.equal(originHeaders(dead).topic, "src-w");
+      await assertEmpty(a, "src-w");
+    });
+
     test("delivery counts survive kill -9 and a graceful restart", async () => {
       await a.create("dlq-r", { partitions: 3 });
       await a.create("src-r", { partitions: 1, max_deliveries: 5, dead_letter_topic: "dlq-r" });
@@ -249,8 +270,10 @@ function suite(deploy: Deploy, label: string) {
         assert.equal((await a.settle("src-r", l.handle, "&extend=0")).status, 204);
       }
       const owner = await d.owner("src-r", 0);
-      // The counts reach the OS on the ack log's flush (storage.ack_flush_interval_ms): a kill -9 after it keeps them.
-      await waitFor(async () => (await ackLogBytes(owner.dataDir, "src-r")) > 0, { timeoutMs: 10_000, what: "the delivery counts in acks.log" });
+      // The counts reach the OS on the ack log's flush (storage.ack_flush_interval_ms): a kill -9
+      // after it keeps them. Both counts are written: one block of two entries (12 + 2 × 16
+      // bytes) or two of one (2 × 28); a kill after only the first would count 2 next, not 3.
+      await waitFor(async () => (await ackLogBytes(owner.dataDir, "src-r")) >= 44, { timeoutMs: 10_000, what: "both delivery counts in acks.log" });
       await owner.kill();
       await owner.start();
       const third = await next(a, "src-r", "delivery 3, after kill -9");
