@@ -67,3 +67,29 @@ test("redrive needs consume on the dead-letter topic and produce on its targets;
   assert.equal(back.status, 200);
   assert.equal(Buffer.from(await back.arrayBuffer()).toString(), "j1");
 });
+
+test("naming a dead_letter_topic needs produce on it or owning it: a topic owner cannot send messages into another's topic", async () => {
+  const url = d!.urls[0]!;
+  const call = async (auth: string, method: string, path: string, body?: unknown) => {
+    const r = await fetch(url + path, { method, headers: { authorization: auth, "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await r.text();
+    return { status: r.status, body: text ? (JSON.parse(text) as { error?: { code: string } }) : null };
+  };
+  const admin = basic("admin", ADMIN_PW);
+  const alice = basic("alice", ALICE_PW);
+  assert.equal((await call(admin, "POST", "/v1/topics", { name: "bobs-topic" })).status, 201);
+  assert.equal((await call(admin, "POST", "/v1/users/alice/grants", { action: "create", pattern: "alice-*" })).status, 201);
+  let r = await call(alice, "POST", "/v1/topics", { name: "alice-src", max_deliveries: 2, dead_letter_topic: "bobs-topic" });
+  assert.equal(r.status, 403, JSON.stringify(r.body));
+  r = await call(alice, "POST", "/v1/topics", { name: "alice-src", max_deliveries: 2, dead_letter_topic: "no-such-topic" });
+  assert.equal(r.status, 403, "a name no grant covers answers as a topic without rights does");
+  assert.equal((await call(alice, "POST", "/v1/topics", { name: "alice-src" })).status, 201);
+  r = await call(alice, "PATCH", "/v1/topics/alice-src", { dead_letter_topic: "bobs-topic" });
+  assert.equal(r.status, 403, JSON.stringify(r.body));
+  // Her own topic, or one she may produce to, she may name.
+  assert.equal((await call(alice, "POST", "/v1/topics", { name: "alice-dlq" })).status, 201);
+  r = await call(alice, "PATCH", "/v1/topics/alice-src", { max_deliveries: 2, dead_letter_topic: "alice-dlq" });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  r = await call(alice, "PATCH", "/v1/topics/alice-src", { dead_letter_topic: "jobs" }); // produce on jobs: granted above
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+});

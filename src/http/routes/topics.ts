@@ -7,7 +7,8 @@
 // user is deleted (docs/security.md): a user created later with the same name is another user,
 // who neither owns the topic nor is shown as its owner.
 
-import { allows, canSee } from "../../auth/model.js";
+import { allows, canManage, canSee, type Principal } from "../../auth/model.js";
+import type { Service } from "../../broker/service.js";
 import { redrive } from "../../broker/redrive.js";
 import type { UserStoreApi } from "../../auth/user-store-api.js";
 import type { TopicInfo } from "../../broker/service.js";
@@ -26,6 +27,23 @@ export function topicAnswer(t: TopicInfo, users: UserStoreApi): TopicJson {
   return { ...json, owner: owned ? json.owner : null };
 }
 
+/**
+ * Naming a dead_letter_topic sends messages into it (the broker's moves, a consumer's
+ * dead_letter=true), so the user who names it must be allowed to produce there: a produce grant on
+ * it, or owning it. A topic that does not exist answers as one without rights would (403) unless
+ * a grant covers the name, so the answer does not tell which names exist.
+ */
+async function mayDeadLetterInto(svc: Service, principal: Principal | null, dlq: unknown): Promise<void> {
+  if (principal === null || typeof dlq !== "string" || allows(principal, "produce", dlq)) return;
+  const ownerId = await svc.getTopic(dlq).then(
+    (t) => t.owner_id,
+    () => null,
+  );
+  if (!canManage(principal, ownerId)) {
+    throw new NaradError("forbidden", `User ${principal.name} may not name ${dlq} as a dead_letter_topic: that needs produce on it (or owning it); ask an admin for a grant.`);
+  }
+}
+
 export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
   on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
@@ -37,6 +55,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
     }
     onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms", "replication_factor", "acks", "max_deliveries", "dead_letter_topic"]);
+    await mayDeadLetterInto(svc, ctx.principal, body.dead_letter_topic);
     const replicationFactor = optInt(body, "replication_factor", 1, LIMITS.replicationFactorMax);
     const acks = optAcks(body);
     if (acks === "quorum" && (replicationFactor ?? 1) === 1) {
@@ -65,10 +84,11 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
     }),
   );
   on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, topicAnswer(await svc.getTopic(topicParam(p)), users)));
-  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
+  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p, _q, ctx) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms", "acks", "max_deliveries", "dead_letter_topic"]);
+    await mayDeadLetterInto(svc, ctx.principal, body.dead_letter_topic);
     const topic = await svc.updateTopic(name, {
       ...optDeadLetters(body),
       acks: optAcks(body),
