@@ -256,6 +256,7 @@ export class Broker {
       clock: opts.clock,
       logger: this.log,
       metrics: this.metrics,
+      faults: this.faults,
       owns: (t, p) => this.owns(t, p),
       append: async (name, items, sources) => {
         if (opts.cluster !== undefined) return opts.cluster.appendDeadLetters(name, items, sources);

@@ -24,6 +24,7 @@ import type { Clock } from "../platform/clock.js";
 import { decodeAttrs, encodeAttrs, type RecordAttrs } from "../storage/attrs.js";
 import type { StoredRecord } from "../storage/types.js";
 import { CopyPartlyStored } from "./children.js";
+import type { BrokerFaults } from "./faults.js";
 import type { BrokerMetrics } from "./metrics.js";
 import type { Partition } from "./partition.js";
 import type { Topic } from "./topic.js";
@@ -47,6 +48,7 @@ export interface DeadLetterDeps {
   clock: Clock;
   logger: Logger;
   metrics: BrokerMetrics;
+  faults: BrokerFaults;
   /** The epoch check before an owner write (cluster mode); always true on one node. */
   owns(t: Topic, p: Partition): boolean;
   /**
@@ -181,6 +183,9 @@ export class DeadLetterMover {
     if (items.length === 0) return true;
     let stored: ReadonlySet<number> | undefined;
     let err: unknown;
+    // Seeded bug dead-letter-settle-early (./seeded-bugs.ts): settled before the copy is durable.
+    const early = this.d.faults.deadLetterSettlesFirst();
+    if (early) for (const r of sources) p.finishMove(r.offset, true);
     try {
       await this.d.append(dlq, items, sources); // durable there before settled here
     } catch (e) {

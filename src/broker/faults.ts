@@ -40,6 +40,8 @@ export interface BrokerFaults {
   preBootCommitMarginMs(marginMs: number): number;
   /** Cluster: whether the owner still owns a partition once a write is durable (fencing). */
   ownsAfterWrite(owns: boolean): boolean;
+  /** A dead-letter move (./dead-letters.ts): true settles the messages on their topic before their copy is durable. */
+  deadLetterSettlesFirst(): boolean;
 }
 
 /** The production broker's faults: none. */
@@ -55,4 +57,5 @@ export const NO_FAULTS: BrokerFaults = {
   copyFailed: () => "retry",
   preBootCommitMarginMs: (marginMs) => marginMs,
   ownsAfterWrite: (owns) => owns,
+  deadLetterSettlesFirst: () => false,
 };

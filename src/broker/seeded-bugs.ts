@@ -31,6 +31,9 @@ export const SEEDED_BUGS = {
   "elect-incomplete-follower": "a failover promotes the first live follower, whether or not it holds every acknowledged record",
   "fenced-leader-answers": "a leader answers 202 after its fsync even when it lost its lease meanwhile",
   "acks-not-replicated": "acks stay on the leader: a failover redelivers every message acked on the old leader",
+  // Dead letters (./dead-letters.ts).
+  "dead-letter-settle-early": "a dead-letter move settles the message on its topic before its copy in the dead-letter topic is durable, so a kill in between loses it",
+  "delivery-counts-not-persisted": "delivery counts stay in memory: a restart counts every message's deliveries from 0 again",
 } as const;
 
 export type SeededBugName = keyof typeof SEEDED_BUGS;
@@ -48,7 +51,10 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
   const on = new Set<SeededBugName>(names);
   return {
     openedLog: (log) => (on.has("ack-before-fsync") ? new DurableAtOnce(log) : log),
-    openedAcks: (acks) => (on.has("acks-not-persisted") ? new AcksInMemoryOnly(acks) : acks),
+    openedAcks: (acks) => {
+      const a = on.has("acks-not-persisted") ? new AcksInMemoryOnly(acks) : acks;
+      return on.has("delivery-counts-not-persisted") ? new CountsInMemoryOnly(a) : a;
+    },
     openedCursors: (cursors) => (on.has("copy-cursors-not-persisted") ? new CursorsOnlyOnAttachAndClose(cursors) : cursors),
     storesWhenOverloaded: () => on.has("store-on-429"),
     leaseMs: (vt) => (on.has("early-lapse") ? Math.max(1, Math.floor(vt / 4)) : vt),
@@ -65,7 +71,72 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
     // A pre-boot record counts as committed long ago, so its delay copy is due at once.
     preBootCommitMarginMs: (margin) => (on.has("delay-early-after-restart") ? -1e12 : margin),
     ownsAfterWrite: (owns) => owns || on.has("fenced-leader-answers"),
+    deadLetterSettlesFirst: () => on.has("dead-letter-settle-early"),
   };
+}
+
+/** delivery-counts-not-persisted: counts live in this wrapper's memory, never in the ack log. */
+class CountsInMemoryOnly implements AckLog {
+  private readonly counts = new Map<number, { count: number; dead: boolean }>();
+
+  constructor(private readonly inner: AckLog) {}
+
+  get floor(): number {
+    return this.inner.floor;
+  }
+
+  get ackedAboveFloor(): number {
+    return this.inner.ackedAboveFloor;
+  }
+
+  isAcked(offset: number): boolean {
+    return this.inner.isAcked(offset);
+  }
+
+  ack(offset: number): void {
+    this.inner.ack(offset);
+  }
+
+  raiseFloor(offset: number): void {
+    this.inner.raiseFloor(offset);
+  }
+
+  ackRange(start: number, end: number): void {
+    this.inner.ackRange(start, end);
+  }
+
+  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
+    return this.inner.settledRanges(rangesMax);
+  }
+
+  deliveries(offset: number): number {
+    return this.inner.isAcked(offset) ? 0 : (this.counts.get(offset)?.count ?? 0);
+  }
+
+  deadLetterAsked(offset: number): boolean {
+    return !this.inner.isAcked(offset) && this.counts.get(offset)?.dead === true;
+  }
+
+  recordDeliveries(offset: number, count: number, deadLetter = false): void {
+    const cur = this.counts.get(offset);
+    this.counts.set(offset, { count: Math.max(cur?.count ?? 0, count), dead: deadLetter || cur?.dead === true });
+  }
+
+  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    for (const [offset, c] of this.counts) if (!this.inner.isAcked(offset)) fn(offset, c.count, c.dead);
+  }
+
+  flushAndSync(): Promise<void> {
+    return this.inner.flushAndSync();
+  }
+
+  closeIdleFile(idleMs: number): void {
+    this.inner.closeIdleFile(idleMs);
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
 }
 
 /** acks-not-persisted: an ack settles the offset in memory and never reaches the ack log. */
