@@ -356,6 +356,8 @@ function suite(deploy: Deploy, label: string) {
       assert.equal(r.status, 400);
       r = await a.json("POST", "/v1/topics/dlq-x/redrive", { to: "no-such-topic" });
       assert.equal(r.status, 404);
+      r = await a.json("POST", "/v1/topics/dlq-x/redrive", { to: "dlq-x" });
+      assert.equal(r.status, 400);
       r = await a.json("POST", "/v1/topics/dlq-x/redrive", { max_messages: 3 });
       assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.equal(r.body.moved, 3);

@@ -1017,8 +1017,8 @@ export class Broker {
     this.closed = true;
     this.housekeeping?.cancel();
     this.sweeper?.cancel();
-    this.deadLetters.close();
     this.releaseWaiters();
+    await this.deadLetters.close();
     for (const t of this.topics.values()) await this.partitions.closeAll(t);
     await this.links.close();
   }

@@ -109,6 +109,8 @@ interface TopicMoves {
 export class DeadLetterMover {
   private readonly log: Logger;
   private readonly state = new WeakMap<Topic, TopicMoves>();
+  /** Drains under way, awaited by close() so a stop does not cut a move between its two steps. */
+  private readonly running = new Set<Promise<void>>();
   private closed = false;
 
   constructor(private readonly d: DeadLetterDeps) {
@@ -128,11 +130,19 @@ export class DeadLetterMover {
     if (s.running || this.d.clock.monoMs() < s.retryAtMs) return;
     if (!t.open().some((p) => p.exhaustedWaiting > 0)) return;
     s.running = true;
-    void this.drain(t, s).finally(() => (s.running = false));
+    const run = this.drain(t, s)
+      .catch((e: unknown) => this.log.error({ topic: t.meta.name, err: e instanceof Error ? e.message : String(e) }, "a dead-letter drain failed"))
+      .finally(() => {
+        s.running = false;
+        this.running.delete(run);
+      });
+    this.running.add(run);
   }
 
-  close(): void {
+  /** No new moves; resolves once the batches under way are settled or given back (before the partitions close). */
+  async close(): Promise<void> {
     this.closed = true;
+    await Promise.all([...this.running]);
   }
 
   private async drain(t: Topic, s: TopicMoves): Promise<void> {

@@ -107,6 +107,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
     const maxMessages = optInt(body, "max_messages", 1, LIMITS.redriveMessagesMax) ?? LIMITS.redriveMessagesDefault;
     const to = body.to;
     if (to !== undefined && (typeof to !== "string" || !TOPIC_NAME_RE.test(to))) throw new NaradError("invalid_topic_name", `to ${shown(to)} is not a topic name.`);
+    if (to === dlq) throw new NaradError("invalid_argument", "to names the dead-letter topic itself; name the topic to produce its messages to.");
     const mayProduce = async (topic: string) => {
       if (ctx.principal !== null) await authorize(svc, "produce", { topic }, ctx.principal);
       await svc.checkTopic(topic);
