@@ -387,6 +387,7 @@ export class Broker {
       throw new NaradError("invalid_argument", "replication_factor above 1 needs a cluster (--control-plane): a single node keeps one copy of each partition.");
     }
     await checkDeadLetterFields(name, nextDeadLetterFields({ max_deliveries: null, dead_letter_topic: null }, req), async (x) => this.hasTopic(x));
+    // Again after that await: a create of the same name may have begun meanwhile.
     if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
     const meta: TopicMeta = {
       name,
