@@ -75,11 +75,9 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
   };
 }
 
-/** delivery-counts-not-persisted: counts live in this wrapper's memory, never in the ack log. */
-class CountsInMemoryOnly implements AckLog {
-  private readonly counts = new Map<number, { count: number; dead: boolean }>();
-
-  constructor(private readonly inner: AckLog) {}
+/** An ack log that forwards every call to `inner`: the storage lies below override what they lie about. */
+class ForwardingAckLog implements AckLog {
+  constructor(protected readonly inner: AckLog) {}
 
   get floor(): number {
     return this.inner.floor;
@@ -110,70 +108,6 @@ class CountsInMemoryOnly implements AckLog {
   }
 
   deliveries(offset: number): number {
-    return this.inner.isAcked(offset) ? 0 : (this.counts.get(offset)?.count ?? 0);
-  }
-
-  deadLetterAsked(offset: number): boolean {
-    return !this.inner.isAcked(offset) && this.counts.get(offset)?.dead === true;
-  }
-
-  recordDeliveries(offset: number, count: number, deadLetter = false): void {
-    const cur = this.counts.get(offset);
-    this.counts.set(offset, { count: Math.max(cur?.count ?? 0, count), dead: deadLetter || cur?.dead === true });
-  }
-
-  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
-    for (const [offset, c] of this.counts) if (!this.inner.isAcked(offset)) fn(offset, c.count, c.dead);
-  }
-
-  flushAndSync(): Promise<void> {
-    return this.inner.flushAndSync();
-  }
-
-  closeIdleFile(idleMs: number): void {
-    this.inner.closeIdleFile(idleMs);
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
-
-/** acks-not-persisted: an ack settles the offset in memory and never reaches the ack log. */
-class AcksInMemoryOnly implements AckLog {
-  private readonly memAcked = new Set<number>();
-
-  constructor(private readonly inner: AckLog) {}
-
-  get floor(): number {
-    return this.inner.floor;
-  }
-
-  get ackedAboveFloor(): number {
-    return this.inner.ackedAboveFloor;
-  }
-
-  isAcked(offset: number): boolean {
-    return this.inner.isAcked(offset) || this.memAcked.has(offset);
-  }
-
-  ack(offset: number): void {
-    this.memAcked.add(offset);
-  }
-
-  raiseFloor(offset: number): void {
-    this.inner.raiseFloor(offset);
-  }
-
-  ackRange(start: number, end: number): void {
-    for (let o = start; o < end; o++) this.memAcked.add(o);
-  }
-
-  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
-    return this.inner.settledRanges(rangesMax); // what reached the ack log: none of this bug's acks
-  }
-
-  deliveries(offset: number): number {
     return this.inner.deliveries(offset);
   }
 
@@ -199,6 +133,49 @@ class AcksInMemoryOnly implements AckLog {
 
   close(): Promise<void> {
     return this.inner.close();
+  }
+}
+
+/** acks-not-persisted: an ack settles the offset in memory and never reaches the ack log. */
+class AcksInMemoryOnly extends ForwardingAckLog {
+  private readonly memAcked = new Set<number>();
+
+  override isAcked(offset: number): boolean {
+    return this.inner.isAcked(offset) || this.memAcked.has(offset);
+  }
+
+  override ack(offset: number): void {
+    this.memAcked.add(offset);
+  }
+
+  override ackRange(start: number, end: number): void {
+    for (let o = start; o < end; o++) this.memAcked.add(o);
+  }
+
+  override settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
+    return this.inner.settledRanges(rangesMax); // what reached the ack log: none of this bug's acks
+  }
+}
+
+/** delivery-counts-not-persisted: counts live in this wrapper's memory, never in the ack log. */
+class CountsInMemoryOnly extends ForwardingAckLog {
+  private readonly counts = new Map<number, { count: number; dead: boolean }>();
+
+  override deliveries(offset: number): number {
+    return this.inner.isAcked(offset) ? 0 : (this.counts.get(offset)?.count ?? 0);
+  }
+
+  override deadLetterAsked(offset: number): boolean {
+    return !this.inner.isAcked(offset) && this.counts.get(offset)?.dead === true;
+  }
+
+  override recordDeliveries(offset: number, count: number, deadLetter = false): void {
+    const cur = this.counts.get(offset);
+    this.counts.set(offset, { count: Math.max(cur?.count ?? 0, count), dead: deadLetter || cur?.dead === true });
+  }
+
+  override forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    for (const [offset, c] of this.counts) if (!this.inner.isAcked(offset)) fn(offset, c.count, c.dead);
   }
 }
 
