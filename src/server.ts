@@ -270,6 +270,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       cluster: {
         ownsPartition: (t, p, e) => cp.ownsPartition(t, p, e),
         copyToChild: (child, records, partition) => service!.copyToChild(child, records, partition),
+        appendDeadLetters: (topic, items, sources) => service!.appendDeadLetters(topic, items, sources),
         replicate: {
           prepare: (t, p) => replication!.hook.prepare(t, p),
           wrap: (r) => replication!.hook.wrap(r),

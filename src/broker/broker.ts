@@ -49,7 +49,7 @@ import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { NaradError } from "../protocol/errors.js";
-import { DEFAULTS, type ChildJson, type CreateTopicRequest, type UpdateTopicRequest } from "../protocol/wire.js";
+import { DEFAULTS, type ChildJson, type CreateTopicRequest, type OriginJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
 import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
@@ -57,6 +57,7 @@ import type { StorageFs } from "../storage/index.js";
 import { ChildLinks } from "./child-links.js";
 import { NO_REMOTE_SINK, type ChildLink, type RemoteSink } from "./children.js";
 import { ClusterTopics } from "./cluster-topics.js";
+import { checkDeadLetterFields, DeadLetterMover, nextDeadLetterFields, originOf, type DeadLetterItem } from "./dead-letters.js";
 import { NO_FAULTS, type BrokerFaults } from "./faults.js";
 import { HandleCodec } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
@@ -139,6 +140,11 @@ export interface BrokerCluster {
    */
   copyToChild(child: string, records: StoredRecord[], partition?: number): Promise<void>;
   /**
+   * Appends dead letters to a topic wherever its partitions live (./dead-letters.ts); resolves
+   * once every copy is durable there, or throws CopyPartlyStored naming the `sources` stored.
+   */
+  appendDeadLetters(topic: string, items: DeadLetterItem[], sources: StoredRecord[]): Promise<void>;
+  /**
    * Wraps an owned partition of a replicated topic as it opens (src/cluster/replication): its
    * appends ship to the followers, its `syncedOffset` is what the acks mode lets be acknowledged
    * and seen, and its acks reach the followers. `onVisible` is called when more becomes visible
@@ -185,6 +191,8 @@ export interface Delivery {
   /** Cluster mode: the owner that holds the lease, when it is another node. */
   owner?: string;
   ownerBoot?: string;
+  /** A dead letter's source (its record's origin attribute). */
+  origin?: OriginJson;
 }
 
 export interface ProduceItem {
@@ -192,9 +200,12 @@ export interface ProduceItem {
   payload: Buffer;
   /** An idempotent produce's producer and sequence (./producers.ts); every item of a request has one or none does. */
   producer?: ProducerRef;
+  /** Record attributes (src/storage/attrs.ts): only the broker's own appends (a dead letter's origin) set them. */
+  attrs?: Buffer;
 }
 
-export type SettleAction = "ack" | "extend" | "nack";
+/** dead_letter: ack ?dead_letter=true, the leased message is moved to the dead-letter topic now. */
+export type SettleAction = "ack" | "extend" | "nack" | "dead_letter";
 /** 503: the partition is not served here now (cluster mode: not owned, lease lapsed, frozen). */
 export type SettleStatus = 204 | 400 | 410 | 503;
 
@@ -220,6 +231,7 @@ export class Broker {
   private readonly links: ChildLinks;
   /** Idempotent producers' dedupe windows, one per open partition (./producers.ts). */
   readonly dedupe: DedupeWindows;
+  private readonly deadLetters: DeadLetterMover;
   private waiterCount = 0;
   private pendingSyncBytes = 0;
   /** Partitions of this node's topics, and of creates and grows in flight (limits.partitions). */
@@ -236,7 +248,7 @@ export class Broker {
     this.faults = opts.faults ?? NO_FAULTS;
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
     this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
-    this.dedupe = new DedupeWindows({ clock: opts.clock, scheduler: this.scheduler, logger: this.log, limits: opts.dedupe ?? DEDUPE_DEFAULTS });
+    this.dedupe = new DedupeWindows({ clock: opts.clock, scheduler: this.scheduler, logger: this.log, limits: opts.dedupe ?? DEDUPE_DEFAULTS, rebuildFromLog: this.faults.rebuildsDedupeWindow() });
     this.dedupe.registerMetrics(this.metrics.registry);
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
     const topic = (name: string) => this.topic(name);
@@ -249,6 +261,18 @@ export class Broker {
       logger: this.log,
       topic,
       appendTo: (t, items) => this.appendTo(t, items),
+    });
+    this.deadLetters = new DeadLetterMover({
+      clock: opts.clock,
+      scheduler: this.scheduler,
+      logger: this.log,
+      metrics: this.metrics,
+      faults: this.faults,
+      owns: (t, p) => this.owns(t, p),
+      append: async (name, items, sources) => {
+        if (opts.cluster !== undefined) return opts.cluster.appendDeadLetters(name, items, sources);
+        await this.appendTo(this.topic(name), items);
+      },
     });
     this.partitions = new PartitionOpener(
       {
@@ -341,6 +365,11 @@ export class Broker {
     return this.topic(name).toJson();
   }
 
+  private hasTopic(name: string): boolean {
+    const t = this.topics.get(name);
+    return t !== undefined && !t.deleted;
+  }
+
   /** 404 topic_not_found unless the topic exists (the check before a produce reads its body). */
   assertTopic(name: string): void {
     this.topic(name);
@@ -369,6 +398,9 @@ export class Broker {
     if ((req.replication_factor ?? 1) > 1) {
       throw new NaradError("invalid_argument", "replication_factor above 1 needs a cluster (--control-plane): a single node keeps one copy of each partition.");
     }
+    await checkDeadLetterFields(name, nextDeadLetterFields({ max_deliveries: null, dead_letter_topic: null }, req), async (x) => this.hasTopic(x));
+    // Again after that await: a create of the same name may have begun meanwhile.
+    if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
     const meta: TopicMeta = {
       name,
       incarnation: randomInt(1, 0xffffffff),
@@ -377,6 +409,8 @@ export class Broker {
       retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
       replication_factor: 1,
       acks: "leader",
+      max_deliveries: req.max_deliveries ?? null,
+      dead_letter_topic: req.dead_letter_topic ?? null,
       owner: owner?.name ?? null,
       owner_id: owner?.id ?? null,
       children: [],
@@ -421,8 +455,11 @@ export class Broker {
         throw new NaradError("partitions_decrease", `Topic ${name} has ${t.meta.partitions} partitions; partitions can only grow.`);
       }
       if (req.acks === "quorum") throw new NaradError("invalid_argument", 'acks "quorum" needs replication_factor 2 or more; this topic keeps one copy.');
+      const deadLetters = nextDeadLetterFields(t.meta, req);
+      await checkDeadLetterFields(name, deadLetters, async (x) => this.hasTopic(x));
       const next: TopicMeta = {
         ...t.meta,
+        ...deadLetters,
         partitions: req.partitions ?? t.meta.partitions,
         visibility_timeout_ms: req.visibility_timeout_ms ?? t.meta.visibility_timeout_ms,
         retention_ms: req.retention_ms ?? t.meta.retention_ms,
@@ -533,7 +570,7 @@ export class Broker {
    * Appends to a topic's partitions and resolves once every record is durable (fsync before
    * 202: docs/architecture.md). Used by produce and by copies into child topics.
    */
-  private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer }[]): Promise<{ partition: number; offset: number }[]> {
+  private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[]): Promise<{ partition: number; offset: number }[]> {
     const n = t.partitions.length;
     // Unkeyed messages of one request go together to the next partition in turn (a "sticky"
     // partitioner, as Kafka's producer does): one append and one fdatasync per batch instead of
@@ -717,6 +754,7 @@ export class Broker {
     for (let i = 0; i < n && got < max; i++) {
       const p = t.partitions[(start + i) % n];
       if (p === undefined || !this.owns(t, p)) continue;
+      this.deadLetters.prepare(t, p);
       p.expire(now);
       const taken = p.take(max - got, now, vt);
       if (taken.length > 0) {
@@ -758,7 +796,9 @@ export class Broker {
         keep.map((x) => ({ partition: p.index, offset: x.offset, tag: x.tag })),
       );
       keep.forEach((x, i) => {
-        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record: records.get(x.offset)! });
+        const record = records.get(x.offset)!;
+        const origin = record.attrs === undefined ? undefined : originOf(record);
+        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record, ...(origin !== undefined ? { origin } : {}) });
       });
     }
     const redeliveries = out.filter((d) => d.deliveryCount > 1).length;
@@ -771,16 +811,21 @@ export class Broker {
   settle(topicName: string, handles: string[], action: SettleAction): SettleStatus[] {
     this.assertOpen();
     const t = this.topic(topicName);
+    if (action === "dead_letter" && t.meta.dead_letter_topic === null) {
+      throw new NaradError("no_dead_letter_topic", `Topic ${topicName} has no dead_letter_topic; set one (PATCH) before dead-lettering its messages.`);
+    }
     const fields = this.codec.verify(t.meta.incarnation, handles);
     const now = this.opts.clock.monoMs();
     const faults = this.faults;
     let woke = false;
+    let exhausted = false;
     const out = fields.map((f): SettleStatus => {
       if (f === null || f.partition >= t.meta.partitions) return 400;
       const p = t.partitions[f.partition];
       if (p === undefined || !this.owns(t, p)) return 503; // cluster mode: not served here now
       if (!f.current) return 410; // an earlier lease holder: another node, or an earlier process of this one (./handles.ts)
       const tag = faults.settleTag(p, f.offset, f.tag);
+      this.deadLetters.prepare(t, p);
       let r: "ok" | "gone";
       switch (faults.settleAction(action, p, f.offset, tag)) {
         case "ack":
@@ -792,6 +837,11 @@ export class Broker {
         case "nack":
           r = p.nack(f.offset, tag, now);
           woke ||= r === "ok";
+          exhausted ||= r === "ok" && p.exhaustedWaiting > 0;
+          break;
+        case "dead_letter":
+          r = p.deadLetter(f.offset, tag, now);
+          exhausted ||= r === "ok";
           break;
       }
       return r === "ok" ? 204 : 410;
@@ -811,6 +861,7 @@ export class Broker {
     if (unavailable > 0) this.metrics.settled.inc({ topic: topicName, action, result: "unavailable" }, unavailable);
     if (invalid > 0) this.metrics.settled.inc({ topic: topicName, action, result: "invalid" }, invalid);
     if (woke) this.wake(t);
+    if (exhausted) this.deadLetters.kick(t);
     return out;
   }
 
@@ -857,8 +908,13 @@ export class Broker {
     const now = this.opts.clock.monoMs();
     for (const t of this.topics.values()) {
       let lapsed = 0;
-      for (const p of t.partitions) if (p !== undefined) lapsed += p.expire(now);
+      for (const p of t.partitions) {
+        if (p === undefined) continue;
+        this.deadLetters.prepare(t, p);
+        lapsed += p.expire(now);
+      }
       if (lapsed > 0) this.wake(t);
+      this.deadLetters.kick(t);
     }
   }
 
@@ -990,6 +1046,7 @@ export class Broker {
     this.housekeeping?.cancel();
     this.sweeper?.cancel();
     this.releaseWaiters();
+    await this.deadLetters.close();
     for (const t of this.topics.values()) await this.partitions.closeAll(t);
     await this.links.close();
   }
@@ -999,8 +1056,8 @@ export class Broker {
 const DEDUPE_DEFAULTS: WindowLimits = { windowMs: DEDUPE_WINDOW_MS_DEFAULT, sequencesMax: WINDOW_SEQUENCES_DEFAULT, entriesMax: DEDUPE_ENTRIES_MAX_DEFAULT };
 
 /** Produce items as the log appends them (keys as bytes). */
-function toAppend(items: readonly ProduceItem[]): { key: Buffer | null; payload: Buffer }[] {
-  return items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload }));
+function toAppend(items: readonly ProduceItem[]): { key: Buffer | null; payload: Buffer; attrs?: Buffer }[] {
+  return items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload, ...(it.attrs !== undefined ? { attrs: it.attrs } : {}) }));
 }
 
 /** The errno of a storage error (or of its cause), or a short name for one that has none. */

@@ -38,6 +38,12 @@ export interface BrokerFaults {
   copyFailed(): "retry" | "skip";
   /** What stands for a pre-boot record's commit time: its produce time plus this margin. */
   preBootCommitMarginMs(marginMs: number): number;
+  /** A dead-letter move (./dead-letters.ts): true settles the messages on their topic before their copy is durable. */
+  deadLetterSettlesFirst(): boolean;
+  /** Idempotent producers: whether a partition's dedupe window is rebuilt from its log (./producers.ts). */
+  rebuildsDedupeWindow(): boolean;
+  /** The max_deliveries a partition applies, given the topic's (Infinity: unlimited). */
+  maxDeliveries(max: number): number;
 }
 
 /** The production broker's faults: none. */
@@ -52,4 +58,7 @@ export const NO_FAULTS: BrokerFaults = {
   replayPage: (records) => records,
   copyFailed: () => "retry",
   preBootCommitMarginMs: (marginMs) => marginMs,
+  deadLetterSettlesFirst: () => false,
+  rebuildsDedupeWindow: () => true,
+  maxDeliveries: (max) => max,
 };

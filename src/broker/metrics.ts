@@ -21,6 +21,9 @@ export class BrokerMetrics {
   readonly requests: Counter<"route" | "status">;
   readonly childCopied: Counter<"parent" | "child">;
   readonly forwarded: Counter<"peer" | "result">;
+  readonly deadLettered: Counter<"topic">;
+  readonly deadLetterFailures: Counter<"topic">;
+  readonly redriven: Counter<"topic">;
 
   constructor(source: TopicGaugeSource) {
     const r = this.registry;
@@ -48,6 +51,9 @@ export class BrokerMetrics {
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
       registers: [r],
     });
+    this.deadLettered = new Counter({ name: "narad_dead_lettered_messages_total", help: "Messages moved to their topic's dead-letter topic (durable there, then settled here), by source topic", labelNames: ["topic"], registers: [r] });
+    this.deadLetterFailures = new Counter({ name: "narad_dead_letter_move_failures_total", help: "Dead-letter moves that failed and wait for a retry, by source topic", labelNames: ["topic"], registers: [r] });
+    this.redriven = new Counter({ name: "narad_redriven_messages_total", help: "Messages of a dead-letter topic produced again by a redrive and acked there, by dead-letter topic", labelNames: ["topic"], registers: [r] });
     this.waiters = new Gauge({ name: "narad_long_polls_waiting", help: "Consume requests waiting in a long poll", registers: [r] });
     this.requests = new Counter({ name: "narad_http_requests_total", help: "HTTP requests by route and status", labelNames: ["route", "status"], registers: [r] });
     const perTopic = (name: string, help: string, pick: (t: ReturnType<TopicGaugeSource["topicGauges"]>[number]) => number) =>

@@ -18,7 +18,7 @@ const meta = (incarnation: number): TopicMeta => ({
   visibility_timeout_ms: 30_000,
   retention_ms: 3600_000,
   replication_factor: 1,
-  acks: "leader",
+  acks: "leader", max_deliveries: null, dead_letter_topic: null,
   owner: null,
   owner_id: null,
   children: [],

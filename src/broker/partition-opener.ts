@@ -187,6 +187,12 @@ export class PartitionOpener {
     if (p !== undefined) {
       this.rememberTag(t, i, p.lastTag);
       p.dropReadAhead();
+      // The leases still held end here: their deliveries count after the next open (SPEC "Dead letters").
+      try {
+        p.recordLiveDeliveries();
+      } catch (err) {
+        this.o.logger.warn({ topic: t.meta.name, partition: i, err: (err as Error).message }, "the delivery counts of live leases could not be recorded");
+      }
       // Each part is closed even when another fails: a log stopped by a failed write or fsync
       // rejects its close, and its ack log must still be flushed and synced (nothing the failed
       // log held past its last fsync was ever answered 202).

@@ -5,9 +5,13 @@
 //   leased    in `leases`, with a deadline and the tag of the delivery that holds it
 //   returned  in `returned`: delivered before, available again (nack or lapse), FIFO
 //   fresh     at or above `cursor`, never delivered in this boot
+//   exhausted in `exhausted`: out of deliveries (max_deliveries) or asked to be dead-lettered, and
+//             waiting for its move to the dead-letter topic (./dead-letters.ts); never delivered
+//             from here again; settled (acked) only once the move is durable
 // Only leased and returned messages cost memory, so a backlog of a million never-delivered
 // messages costs nothing here. Leases live in memory only: after a restart every unacked message
-// is fresh again (docs/contract.md).
+// is fresh again (docs/contract.md), but its delivery count is not: a lease that ends without an
+// ack records its count in the ack log (on the acks' schedule), so counts survive restarts.
 //
 // Ordering invariants (docs/architecture.md): a message becomes visible only once fsynced
 // (syncedOffset); an ack is recorded in the AckLog before its lease is forgotten.
@@ -45,9 +49,19 @@ export class Partition {
    */
   private readonly heap = new MinHeap<number>();
   private tagSeq = 0;
+  /**
+   * Exhausted messages (see the top): offset → deliveries made. `moving` holds those whose move
+   * is under way. The dead-letter rule is `deadLetterMax` deliveries (Infinity: unlimited) while
+   * `deadLetters` is on (the topic has a dead-letter topic); set by setDeadLetterRule.
+   */
+  private readonly exhausted = new Map<number, number>();
+  private readonly moving = new Set<number>();
+  private deadLetterMax = Number.POSITIVE_INFINITY;
+  private deadLetters = false;
+  private ruleSet = false;
 
   /** Counters since boot, for metrics. */
-  readonly counts = { delivered: 0, redelivered: 0, acked: 0, nacked: 0, lapsed: 0, extended: 0 };
+  readonly counts = { delivered: 0, redelivered: 0, acked: 0, nacked: 0, lapsed: 0, extended: 0, deadLettered: 0 };
 
   /**
    * @param epoch the ownership epoch it was opened at (cluster mode; 0 on a single node).
@@ -96,7 +110,7 @@ export class Partition {
       const lease = this.leases.get(offset);
       if (lease === undefined || lease.tag !== tag || lease.deadlineMs > nowMs) continue;
       this.leases.delete(offset);
-      this.returned.set(offset, lease.deliveryCount);
+      this.endedUnacked(offset, lease.deliveryCount, false);
       this.counts.lapsed++;
       n++;
     }
@@ -121,6 +135,87 @@ export class Partition {
     return this.acks.isAcked(offset) || this.unreadable.has(offset);
   }
 
+  /**
+   * A lease ended without an ack (lapse, nack, dead_letter=true): its count goes to the ack log,
+   * and the message is returned, or exhausted when the dead-letter rule says so.
+   */
+  private endedUnacked(offset: number, deliveries: number, deadLetter: boolean): void {
+    this.acks.recordDeliveries(offset, deliveries, deadLetter);
+    if (this.deadLetters && (deadLetter || deliveries >= this.deadLetterMax)) this.exhausted.set(offset, deliveries);
+    else this.returned.set(offset, deliveries);
+  }
+
+  /**
+   * The topic's dead-letter rule (./dead-letters.ts calls it before the partition is served):
+   * at most `max` deliveries (Infinity: no limit), moved only while `enabled` (a dead-letter topic
+   * is set). A change re-sorts the messages it concerns; the first call also finds the exhausted
+   * ones among the counts the ack log recovered.
+   */
+  setDeadLetterRule(max: number, enabled: boolean): void {
+    if (this.ruleSet && max === this.deadLetterMax && enabled === this.deadLetters) return;
+    this.deadLetterMax = max;
+    this.deadLetters = enabled;
+    this.ruleSet = true;
+    for (const [offset, count] of this.exhausted) {
+      if (this.moving.has(offset) || (enabled && (count >= max || this.acks.deadLetterAsked(offset)))) continue;
+      this.exhausted.delete(offset);
+      this.returned.set(offset, count);
+    }
+    if (!enabled) return;
+    for (const [offset, count] of this.returned) {
+      if (count >= max || this.acks.deadLetterAsked(offset)) {
+        this.returned.delete(offset);
+        this.exhausted.set(offset, count);
+      }
+    }
+    const earliest = this.log.earliestOffset;
+    this.acks.forEachDelivery((offset, count, asked) => {
+      if (offset < earliest || offset >= this.log.syncedOffset || this.leases.has(offset) || this.returned.has(offset)) return;
+      if (asked || count >= max) this.exhausted.set(offset, count);
+    });
+  }
+
+  /** Exhausted messages not yet being moved. */
+  get exhaustedWaiting(): number {
+    return this.exhausted.size - this.moving.size;
+  }
+
+  /** Up to `max` exhausted messages to move now (offset and deliveries), marked as moving. */
+  takeExhausted(max: number): { offset: number; deliveries: number }[] {
+    const out: { offset: number; deliveries: number }[] = [];
+    for (const [offset, deliveries] of this.exhausted) {
+      if (out.length >= max) break;
+      if (this.moving.has(offset)) continue;
+      this.moving.add(offset);
+      out.push({ offset, deliveries });
+    }
+    return out;
+  }
+
+  /**
+   * The move of an exhausted message is durable in the dead-letter topic (or the message is gone:
+   * retention, an unreadable record): it is settled here now. `moved` false: it was not moved and
+   * is given back, to be tried again.
+   */
+  finishMove(offset: number, moved: boolean): void {
+    this.moving.delete(offset);
+    if (!moved) return;
+    if (!this.exhausted.delete(offset)) return;
+    this.acks.ack(offset);
+    this.counts.deadLettered++;
+  }
+
+  /** Drops an exhausted message that can no longer be moved (removed by retention meanwhile). */
+  dropExhausted(offset: number): void {
+    this.moving.delete(offset);
+    this.exhausted.delete(offset);
+  }
+
+  /** Graceful close: the leases still held end with the process, and their deliveries count. */
+  recordLiveDeliveries(): void {
+    for (const [offset, l] of this.leases) this.acks.recordDeliveries(offset, l.deliveryCount);
+  }
+
   hasAvailable(): boolean {
     if (this.returned.size > 0) return true;
     this.skipSettledFresh();
@@ -140,6 +235,10 @@ export class Partition {
       if (out.length >= max) break;
       this.returned.delete(offset);
       if (offset < earliest || this.settledOrUnreadable(offset)) continue; // retention removed it meanwhile
+      if (this.deadLetters && count >= this.deadLetterMax) {
+        this.exhausted.set(offset, count); // out of deliveries (the rule changed): moved, not delivered
+        continue;
+      }
       out.push(this.lease(offset, count + 1, deadlineMs));
       this.counts.redelivered++;
     }
@@ -147,7 +246,15 @@ export class Partition {
       this.skipSettledFresh();
       if (this.cursor >= this.log.syncedOffset) break;
       const offset = this.cursor++;
-      out.push(this.lease(offset, 1, deadlineMs));
+      if (this.exhausted.has(offset)) continue;
+      // Deliveries made before a restart count (the ack log keeps them).
+      const before = this.acks.deliveries(offset);
+      if (before > 0 && this.deadLetters && (before >= this.deadLetterMax || this.acks.deadLetterAsked(offset))) {
+        this.exhausted.set(offset, before);
+        continue;
+      }
+      out.push(this.lease(offset, before + 1, deadlineMs));
+      if (before > 0) this.counts.redelivered++;
     }
     this.counts.delivered += out.length;
     return out;
@@ -180,7 +287,7 @@ export class Partition {
     if (lease.deadlineMs <= nowMs) {
       // Lapsed but not swept yet: settle it as lapsed now so the answer is consistent.
       this.leases.delete(offset);
-      this.returned.set(offset, lease.deliveryCount);
+      this.endedUnacked(offset, lease.deliveryCount, false);
       this.counts.lapsed++;
       return undefined;
     }
@@ -220,8 +327,21 @@ export class Partition {
     const lease = this.live(offset, tag, nowMs);
     if (lease === undefined) return "gone";
     this.leases.delete(offset);
-    this.returned.set(offset, lease.deliveryCount);
+    this.endedUnacked(offset, lease.deliveryCount, false);
     this.counts.nacked++;
+    return "ok";
+  }
+
+  /**
+   * ack ?dead_letter=true: the lease ends and the message is moved to the dead-letter topic now,
+   * whatever its count (the caller checked that the topic has one). The ask is kept in the ack
+   * log, so a restart before the move is durable moves it then rather than delivering it again.
+   */
+  deadLetter(offset: number, tag: number, nowMs: number): SettleResult {
+    const lease = this.live(offset, tag, nowMs);
+    if (lease === undefined || !this.deadLetters) return "gone";
+    this.leases.delete(offset);
+    this.endedUnacked(offset, lease.deliveryCount, true);
     return "ok";
   }
 
@@ -232,6 +352,7 @@ export class Partition {
     for (const offset of this.leases.keys()) if (offset < earliest) this.leases.delete(offset);
     for (const offset of this.returned.keys()) if (offset < earliest) this.returned.delete(offset);
     for (const offset of this.unreadable) if (offset < earliest) this.unreadable.delete(offset);
+    for (const offset of this.exhausted.keys()) if (offset < earliest && !this.moving.has(offset)) this.exhausted.delete(offset);
     if (this.cursor < earliest) this.cursor = earliest;
     this.ahead.clear();
   }

@@ -107,3 +107,30 @@ test("the hooks: early-lapse quarters the lease, nack-drops acks, redeliver-acke
     }
   });
 });
+
+test("delivery-counts-not-persisted: counts are kept in memory and never reach the ack log", async () => {
+  await withTempDir(async (dir) => {
+    const logger = captureLogger().logger;
+    const opts = { clock: new TestClock(), logger, ackFlushIntervalMs: NEVER_MS, ackSyncIntervalMs: NEVER_MS, powerLoss: false };
+    const inner = await openAckLog(join(dir, "acks"), opts);
+    const acks = seededFaults(["delivery-counts-not-persisted"]).openedAcks(inner);
+    acks.recordDeliveries(3, 2);
+    acks.recordDeliveries(4, 1, true);
+    assert.equal(acks.deliveries(3), 2);
+    assert.ok(acks.deadLetterAsked(4));
+    assert.equal(inner.deliveries(3), 0, "the ack log never heard of them");
+    acks.ack(3);
+    assert.equal(acks.deliveries(3), 0);
+    await acks.close();
+    const reopened = await openAckLog(join(dir, "acks"), opts);
+    assert.equal(reopened.deliveries(4), 0, "a restart counts from 0 again");
+    assert.ok(reopened.isAcked(3), "acks still reach the ack log");
+    await reopened.close();
+  });
+});
+
+test("dead-letter-settle-before-copy is a hook of the faults, off in production", () => {
+  assert.equal(NO_FAULTS.deadLetterSettlesFirst(), false);
+  assert.equal(seededFaults(["dead-letter-settle-before-copy"]).deadLetterSettlesFirst(), true);
+  assert.equal(seededFaults(["early-lapse"]).deadLetterSettlesFirst(), false);
+});

@@ -32,11 +32,10 @@ export const SEEDED_BUGS = {
   "elect-incomplete-follower": "a failover promotes the first live follower, whether or not it holds every acknowledged record",
   "fenced-leader-answers": "a leader whose lease lapsed trusts its cached view and goes on serving: leases, acks and 202s (the owner check skips the lease deadline)",
   "acks-not-replicated": "acks stay on the leader: a failover redelivers every message acked on the old leader",
-  // Issue 14 (idempotent producers, dead letters): names and calibration rows only, their hooks
-  // come with the server code (src/verify/workloads/calibrate.ts, ISSUE14_CALIBRATION_CASES).
+  // Issue 14: idempotent producers (./producers.ts) and dead letters (./dead-letters.ts).
   "dedupe-forgets-after-restart": "the dedupe window is not rebuilt from the log at start, so a re-send after a restart is stored again",
   "dead-letter-early": "a message moves to its dead-letter topic when the lease of its (max_deliveries - 1)-th delivery ends",
-  "delivery-counts-not-persisted": "delivery counts live in memory only: after a restart every message's count starts again at 1",
+  "delivery-counts-not-persisted": "delivery counts stay in memory: a restart counts every message's deliveries from 0 again",
   "dead-letter-settle-before-copy": "a dead-letter move settles the message on its topic first and writes the dead-letter copy 500 ms later",
 } as const;
 
@@ -55,7 +54,10 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
   const on = new Set<SeededBugName>(names);
   return {
     openedLog: (log) => (on.has("ack-before-fsync") ? new DurableAtOnce(log) : log),
-    openedAcks: (acks) => (on.has("acks-not-persisted") ? new AcksInMemoryOnly(acks) : acks),
+    openedAcks: (acks) => {
+      const a = on.has("acks-not-persisted") ? new AcksInMemoryOnly(acks) : acks;
+      return on.has("delivery-counts-not-persisted") ? new CountsInMemoryOnly(a) : a;
+    },
     openedCursors: (cursors) => (on.has("copy-cursors-not-persisted") ? new CursorsOnlyOnAttachAndClose(cursors) : cursors),
     storesWhenOverloaded: () => on.has("store-on-429"),
     leaseMs: (vt) => (on.has("early-lapse") ? Math.max(1, Math.floor(vt / 4)) : vt),
@@ -71,14 +73,16 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
     copyFailed: () => (on.has("child-skip-on-failure") ? "skip" : "retry"),
     // A pre-boot record counts as committed long ago, so its delay copy is due at once.
     preBootCommitMarginMs: (margin) => (on.has("delay-early-after-restart") ? -1e12 : margin),
+    deadLetterSettlesFirst: () => on.has("dead-letter-settle-before-copy"),
+    rebuildsDedupeWindow: () => !on.has("dedupe-forgets-after-restart"),
+    // One delivery fewer than the topic allows.
+    maxDeliveries: (max) => (on.has("dead-letter-early") && Number.isFinite(max) ? Math.max(1, max - 1) : max),
   };
 }
 
-/** acks-not-persisted: an ack settles the offset in memory and never reaches the ack log. */
-class AcksInMemoryOnly implements AckLog {
-  private readonly memAcked = new Set<number>();
-
-  constructor(private readonly inner: AckLog) {}
+/** An ack log that forwards every call to `inner`: the storage lies below override what they lie about. */
+class ForwardingAckLog implements AckLog {
+  constructor(protected readonly inner: AckLog) {}
 
   get floor(): number {
     return this.inner.floor;
@@ -89,11 +93,11 @@ class AcksInMemoryOnly implements AckLog {
   }
 
   isAcked(offset: number): boolean {
-    return this.inner.isAcked(offset) || this.memAcked.has(offset);
+    return this.inner.isAcked(offset);
   }
 
   ack(offset: number): void {
-    this.memAcked.add(offset);
+    this.inner.ack(offset);
   }
 
   raiseFloor(offset: number): void {
@@ -101,11 +105,27 @@ class AcksInMemoryOnly implements AckLog {
   }
 
   ackRange(start: number, end: number): void {
-    for (let o = start; o < end; o++) this.memAcked.add(o);
+    this.inner.ackRange(start, end);
   }
 
   settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
-    return this.inner.settledRanges(rangesMax); // what reached the ack log: none of this bug's acks
+    return this.inner.settledRanges(rangesMax);
+  }
+
+  deliveries(offset: number): number {
+    return this.inner.deliveries(offset);
+  }
+
+  deadLetterAsked(offset: number): boolean {
+    return this.inner.deadLetterAsked(offset);
+  }
+
+  recordDeliveries(offset: number, count: number, deadLetter?: boolean): void {
+    this.inner.recordDeliveries(offset, count, deadLetter);
+  }
+
+  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    this.inner.forEachDelivery(fn);
   }
 
   flushAndSync(): Promise<void> {
@@ -118,6 +138,49 @@ class AcksInMemoryOnly implements AckLog {
 
   close(): Promise<void> {
     return this.inner.close();
+  }
+}
+
+/** acks-not-persisted: an ack settles the offset in memory and never reaches the ack log. */
+class AcksInMemoryOnly extends ForwardingAckLog {
+  private readonly memAcked = new Set<number>();
+
+  override isAcked(offset: number): boolean {
+    return this.inner.isAcked(offset) || this.memAcked.has(offset);
+  }
+
+  override ack(offset: number): void {
+    this.memAcked.add(offset);
+  }
+
+  override ackRange(start: number, end: number): void {
+    for (let o = start; o < end; o++) this.memAcked.add(o);
+  }
+
+  override settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
+    return this.inner.settledRanges(rangesMax); // what reached the ack log: none of this bug's acks
+  }
+}
+
+/** delivery-counts-not-persisted: counts live in this wrapper's memory, never in the ack log. */
+class CountsInMemoryOnly extends ForwardingAckLog {
+  private readonly counts = new Map<number, { count: number; dead: boolean }>();
+
+  override deliveries(offset: number): number {
+    return this.inner.isAcked(offset) ? 0 : (this.counts.get(offset)?.count ?? 0);
+  }
+
+  override deadLetterAsked(offset: number): boolean {
+    return !this.inner.isAcked(offset) && this.counts.get(offset)?.dead === true;
+  }
+
+  override recordDeliveries(offset: number, count: number, deadLetter = false): void {
+    const cur = this.counts.get(offset);
+    this.counts.set(offset, { count: Math.max(cur?.count ?? 0, count), dead: deadLetter || cur?.dead === true });
+  }
+
+  override forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    for (const [offset, c] of this.counts) if (!this.inner.isAcked(offset)) fn(offset, c.count, c.dead);
   }
 }
 

@@ -95,6 +95,8 @@ export class Topic {
       retention_ms: m.retention_ms,
       replication_factor: m.replication_factor,
       acks: m.acks,
+      max_deliveries: m.max_deliveries,
+      dead_letter_topic: m.dead_letter_topic,
       owner: m.owner,
       owner_id: m.owner_id,
       children: m.children.map(
@@ -133,6 +135,9 @@ export function parseMeta(j: unknown, name: string): TopicMeta {
     // One copy on a single node: topic.json files of older builds have neither field.
     replication_factor: 1,
     acks: "leader",
+    // Dead letters (SPEC "Dead letters"): topic.json files of older builds have neither field.
+    max_deliveries: Number.isSafeInteger(m.max_deliveries) ? m.max_deliveries! : null,
+    dead_letter_topic: typeof m.dead_letter_topic === "string" ? m.dead_letter_topic : null,
     owner: typeof m.owner === "string" ? m.owner : null,
     owner_id: typeof m.owner_id === "string" ? m.owner_id : null,
     children: m.children!,

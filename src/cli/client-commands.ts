@@ -7,7 +7,7 @@
 // client-support.ts (1 definite, 2 usage, 3 ambiguous, 4 cannot connect). Message bodies go to
 // stdout as raw bytes, so `narad consume t > file` stores exactly what was produced.
 
-import type { Command } from "commander";
+import { InvalidArgumentError, type Command } from "commander";
 import type { GrantAction, Message, Narad, UpdateTopicOptions } from "../client/index.js";
 import { LIMITS } from "../protocol/wire.js";
 import { messageJson, replayedJson, replayedLine, table, topicDescription, topicJson, topicSummary } from "./client-format.js";
@@ -46,6 +46,29 @@ function topicOptions(cmd: Command): Command {
     .option("--retention-ms <ms>", "how long messages are kept", intArg("--retention-ms", 1));
 }
 
+/**
+ * --max-deliveries N (1..1000) or none; --dead-letter-topic T or none (clears it). Parsed here to
+ * a number or the word "none" (commander reads a parser's null as no value); deadLetterChange
+ * turns "none" into null.
+ */
+function deadLetterOptions(cmd: Command): Command {
+  return cmd
+    .option("--max-deliveries <n>", `deliveries of a message before it moves to the dead-letter topic (${LIMITS.maxDeliveriesMin}..${LIMITS.maxDeliveriesMax}, or none: unlimited)`, (v: string) => {
+      if (v === "none") return v;
+      const n = intArg("--max-deliveries", LIMITS.maxDeliveriesMin)(v);
+      if (n > LIMITS.maxDeliveriesMax) throw new InvalidArgumentError(`--max-deliveries is at most ${LIMITS.maxDeliveriesMax} (or none).`);
+      return n;
+    })
+    .option("--dead-letter-topic <topic>", "where messages go once their deliveries ran out (an existing topic, or none)");
+}
+
+function deadLetterChange(o: Opts): { maxDeliveries?: number | null; deadLetterTopic?: string | null } {
+  const out: { maxDeliveries?: number | null; deadLetterTopic?: string | null } = {};
+  if (o.maxDeliveries !== undefined) out.maxDeliveries = o.maxDeliveries === "none" ? null : (o.maxDeliveries as number);
+  if (o.deadLetterTopic !== undefined) out.deadLetterTopic = o.deadLetterTopic === "none" ? null : (o.deadLetterTopic as string);
+  return out;
+}
+
 function acksArg(v: unknown): "leader" | "quorum" | undefined {
   if (v === undefined) return undefined;
   if (v !== "leader" && v !== "quorum") throw new UsageError(`--acks must be leader or quorum, not ${JSON.stringify(v)}`);
@@ -55,7 +78,7 @@ function acksArg(v: unknown): "leader" | "quorum" | undefined {
 function registerTopic(program: Command): void {
   const topic = usageExits(program.command("topic").description("create, list, describe, update and delete topics"));
 
-  topicOptions(leaf(topic, "create <name>", "create a topic"))
+  deadLetterOptions(topicOptions(leaf(topic, "create <name>", "create a topic")))
     .option("--replication-factor <n>", "copies of each partition, 1 to 5 (above 1 needs a cluster)", intArg("--replication-factor", 1))
     .option("--acks <mode>", "what a 202 waits for: leader or quorum (default quorum with more than one copy)")
     .option("--json", "print the topic as JSON")
@@ -68,6 +91,7 @@ function registerTopic(program: Command): void {
           retentionMs: o.retentionMs as number | undefined,
           replicationFactor: o.replicationFactor as number | undefined,
           acks: acksArg(o.acks),
+          ...deadLetterChange(o),
         });
         if (o.json) json(topicJson(t));
         else out(`created topic ${t.name} (${topicSummary(t)})\n`);
@@ -100,7 +124,7 @@ function registerTopic(program: Command): void {
       }),
     );
 
-  topicOptions(leaf(topic, "update <name>", "raise partitions, change the visibility timeout, retention or acks mode"))
+  deadLetterOptions(topicOptions(leaf(topic, "update <name>", "raise partitions, change the visibility timeout, retention, acks mode or dead letters")))
     .option("--acks <mode>", "a replicated topic's acks mode: leader or quorum")
     .option("--json", "print the topic as JSON")
     .action(
@@ -110,12 +134,37 @@ function registerTopic(program: Command): void {
         if (o.visibilityTimeoutMs !== undefined) change.visibilityTimeoutMs = o.visibilityTimeoutMs as number;
         if (o.retentionMs !== undefined) change.retentionMs = o.retentionMs as number;
         if (o.acks !== undefined) change.acks = acksArg(o.acks);
+        Object.assign(change, deadLetterChange(o));
         if (Object.keys(change).length === 0) {
-          throw new UsageError("nothing to change: give --partitions, --visibility-timeout-ms, --retention-ms or --acks");
+          throw new UsageError("nothing to change: give --partitions, --visibility-timeout-ms, --retention-ms, --acks, --max-deliveries or --dead-letter-topic");
         }
         const t = await c.updateTopic(name, change);
         if (o.json) json(topicJson(t));
         else out(`updated topic ${t.name} (${topicSummary(t)})\n`);
+      }),
+    );
+
+  leaf(topic, "redrive <dlq>", "produce the messages of a dead-letter topic again to their origin topic (or --to), then ack them there")
+    .option("--to <topic>", "produce them all to this topic instead of each one's origin")
+    .option("--max-messages <n>", "stop after this many (default: until the dead-letter topic is empty)", intArg("--max-messages", 1))
+    .option("--json", "print {\"moved\": N, \"skipped\": K} as JSON")
+    .action(
+      clientAction(async (c: Narad, o: Opts, dlq: string) => {
+        // One request moves at most LIMITS.redriveMessagesDefault; a long run is many, with progress.
+        const limit = o.maxMessages as number | undefined;
+        let moved = 0;
+        let skipped = 0;
+        for (;;) {
+          const want = Math.min(LIMITS.redriveMessagesDefault, limit === undefined ? LIMITS.redriveMessagesDefault : limit - moved);
+          if (want <= 0) break;
+          const r = await c.redrive(dlq, { maxMessages: want, ...(o.to !== undefined ? { to: o.to as string } : {}) });
+          moved += r.moved;
+          skipped = Math.max(skipped, r.skipped);
+          if (r.moved + r.skipped < want || r.moved === 0) break;
+          if (!o.json) process.stderr.write(`narad: ${moved} moved so far\n`);
+        }
+        if (o.json) json({ moved, skipped });
+        else out(`moved ${moved} message${moved === 1 ? "" : "s"} from ${dlq}${o.to !== undefined ? ` to ${o.to as string}` : " to their origin topics"}${skipped > 0 ? `; ${skipped} without an origin left there (give --to)` : ""}\n`);
       }),
     );
 

@@ -1,7 +1,7 @@
 // Output of the client commands. People get short aligned text; `--json` gets one JSON value per
 // line with the API's own snake_case names, so a script can switch between curl and the CLI.
 
-import type { Message, ReplayedMessage, Topic } from "../client/index.js";
+import type { Message, MessageOrigin, ReplayedMessage, Topic } from "../client/index.js";
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -30,6 +30,8 @@ export function topicJson(t: Topic): Record<string, unknown> {
     retention_ms: t.retentionMs,
     replication_factor: t.replicationFactor,
     acks: t.acks,
+    max_deliveries: t.maxDeliveries,
+    dead_letter_topic: t.deadLetterTopic,
     owner: t.owner,
     children: t.children.map((c) => (c.delayMs === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delayMs })),
   };
@@ -53,6 +55,9 @@ export function topicDescription(t: Topic): string {
     ["owner", t.owner ?? "-"],
   ];
   if (t.replicationFactor > 1) lines.push(["replication", `${t.replicationFactor} copies, acks ${t.acks}`]);
+  if (t.maxDeliveries !== null || t.deadLetterTopic !== null) {
+    lines.push(["dead letters", `${t.maxDeliveries === null ? "no delivery limit" : `after ${t.maxDeliveries} deliveries`}, to ${t.deadLetterTopic ?? "-"}`]);
+  }
   if (t.createdAt !== undefined) lines.push(["created", new Date(t.createdAt).toISOString()]);
   lines.push([
     "children",
@@ -92,6 +97,7 @@ export function messageJson(m: Message, acked: boolean): string {
     acked,
     payload_base64: m.payload.toString("base64"),
   };
+  if (m.origin !== null) o.origin = originJson(m.origin);
   const text = asUtf8(m.payload);
   if (text !== undefined) o.payload = text;
   return JSON.stringify(o) + "\n";
@@ -105,9 +111,15 @@ export function replayedJson(m: ReplayedMessage): string {
     produced_at: m.producedAt,
     payload_base64: m.payload.toString("base64"),
   };
+  if (m.origin !== null) o.origin = originJson(m.origin);
   const text = asUtf8(m.payload);
   if (text !== undefined) o.payload = text;
   return JSON.stringify(o) + "\n";
+}
+
+/** A dead letter's origin with the API's names. */
+function originJson(o: MessageOrigin): Record<string, unknown> {
+  return { topic: o.topic, partition: o.partition, offset: o.offset, deliveries: o.deliveries, produced_at: o.producedAt };
 }
 
 export function replayedLine(m: ReplayedMessage): string {

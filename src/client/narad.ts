@@ -46,6 +46,7 @@ import {
   type UpdateUserRequest,
   type UserJson,
   type UsersResponse,
+  type OriginJson,
 } from "../protocol/wire.js";
 import {
   NaradAmbiguousError,
@@ -65,7 +66,10 @@ import type {
   CreateTopicOptions,
   Grant,
   GrantAction,
+  MessageOrigin,
   NaradOptions,
+  RedriveOptions,
+  RedriveResult,
   PartitionMove,
   ProduceMessage,
   ProduceResult,
@@ -129,6 +133,8 @@ export class Message {
     readonly owner: string | null,
     /** Boot id of that node: it changes at every process start. */
     readonly ownerBoot: string | null,
+    /** A dead letter's source (a message of a dead-letter topic); null on other messages. */
+    readonly origin: MessageOrigin | null = null,
   ) {
     this.#client = client;
   }
@@ -151,6 +157,11 @@ export class Message {
   /** See Narad.nack. */
   nack(): Promise<void> {
     return this.#client.nack(this.topic, this.receiptHandle);
+  }
+
+  /** See Narad.deadLetter. */
+  deadLetter(): Promise<void> {
+    return this.#client.deadLetter(this.topic, this.receiptHandle);
   }
 }
 
@@ -301,6 +312,8 @@ export class Narad {
     if (opts.retentionMs !== undefined) body.retention_ms = opts.retentionMs;
     if (opts.replicationFactor !== undefined) body.replication_factor = opts.replicationFactor;
     if (opts.acks !== undefined) body.acks = opts.acks;
+    if (opts.maxDeliveries !== undefined) body.max_deliveries = opts.maxDeliveries;
+    if (opts.deadLetterTopic !== undefined) body.dead_letter_topic = opts.deadLetterTopic;
     const res = await this.#call("POST", `${this.#base}/topics`, this.#hJson, JSON.stringify(body), "create topic");
     return toTopic((await res.body.json()) as TopicJson);
   }
@@ -329,6 +342,8 @@ export class Narad {
     if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = opts.visibilityTimeoutMs;
     if (opts.retentionMs !== undefined) body.retention_ms = opts.retentionMs;
     if (opts.acks !== undefined) body.acks = opts.acks;
+    if (opts.maxDeliveries !== undefined) body.max_deliveries = opts.maxDeliveries;
+    if (opts.deadLetterTopic !== undefined) body.dead_letter_topic = opts.deadLetterTopic;
     this.#visibilityMs.delete(name);
     const res = await this.#call("PATCH", this.#topicPath(name), this.#hJson, JSON.stringify(body), "update topic");
     const t = toTopic((await res.body.json()) as TopicJson);
@@ -491,6 +506,7 @@ export class Narad {
       header(h, HEADERS.receiptHandle) ?? "",
       header(h, HEADERS.owner) ?? header(h, HEADERS.node) ?? null,
       header(h, HEADERS.ownerBoot) ?? header(h, HEADERS.boot) ?? null,
+      originFromHeaders(h),
     );
   }
 
@@ -507,7 +523,7 @@ export class Narad {
     if (binary && header(res.headers, "content-type") === DELIVERIES_TYPE) {
       const ds = decodeDeliveries(Buffer.from(await res.body.arrayBuffer()));
       if (typeof ds === "string") throw new NaradAmbiguousError("malformed_response", `consume batch: the node answered a malformed batch of messages (${ds}); what it leased comes back after the visibility timeout`, 200);
-      return ds.map((d) => new Message(this, topic, d.payload, d.key === null ? null : d.key.toString("utf8"), d.partition, d.offset, d.deliveryCount, d.producedAtMs, d.receiptHandle, d.owner, d.ownerBoot));
+      return ds.map((d) => new Message(this, topic, d.payload, d.key === null ? null : d.key.toString("utf8"), d.partition, d.offset, d.deliveryCount, d.producedAtMs, d.receiptHandle, d.owner, d.ownerBoot, toOrigin(d.origin)));
     }
     const body = (await res.body.json()) as ConsumeBatchResponse & { owner?: string; owner_boot?: string };
     // The owner may be named per message (a cluster node can gather from several owners), for
@@ -528,6 +544,7 @@ export class Narad {
         m.receipt_handle,
         x.owner ?? owner,
         x.owner_boot ?? ownerBoot,
+        toOrigin(m.origin),
       );
     });
   }
@@ -559,13 +576,44 @@ export class Narad {
   }
 
   /**
+   * Moves the leased message to the topic's dead-letter topic now (a handler that knows it can
+   * never succeed). NaradRequestError `no_dead_letter_topic` (409) when the topic has none; else
+   * errors as for ack().
+   */
+  async deadLetter(topic: string, receiptHandle: string): Promise<void> {
+    const path = `${this.#topicPath(topic)}/ack?receipt_handle=${encodeURIComponent(receiptHandle)}&dead_letter=true`;
+    const res = await this.#call("POST", path, this.#hNone, undefined, "dead letter");
+    await res.body.dump();
+  }
+
+  /**
+   * Produces messages of a dead-letter topic again to their origin topic (or `to`), durably, then
+   * acks them in the dead-letter topic: at least once, never lost. One call moves at most
+   * `maxMessages` (default 1 000); call again while `moved` is that many. After a
+   * NaradAmbiguousError calling again is safe (a message may then be produced twice).
+   */
+  async redrive(deadLetterTopic: string, opts: RedriveOptions = {}): Promise<RedriveResult> {
+    const body: { to?: string; max_messages?: number } = {};
+    if (opts.to !== undefined) body.to = opts.to;
+    if (opts.maxMessages !== undefined) body.max_messages = opts.maxMessages;
+    const res = await this.#call("POST", `${this.#topicPath(deadLetterTopic)}/redrive`, this.#hJson, JSON.stringify(body), "redrive");
+    const r = (await res.body.json()) as { moved: number; skipped?: number };
+    return { moved: r.moved, skipped: r.skipped ?? 0 };
+  }
+
+  /**
    * Acks (default), extends (`extend: true`) or nacks (`extend: 0`) many handles in one request.
    * Resolves with one status per handle, in request order: 204, 410 or 400, what the single call
    * would have answered; per-handle failures do not throw. The request as a whole throws as ack().
    */
-  async ackBatch(topic: string, receiptHandles: readonly string[], opts: { extend?: boolean | 0 } = {}): Promise<AckStatus[]> {
+  async ackBatch(topic: string, receiptHandles: readonly string[], opts: { extend?: boolean | 0; deadLetter?: boolean } = {}): Promise<AckStatus[]> {
     if (receiptHandles.length === 0) return [];
-    const body = opts.extend === true || opts.extend === 0 ? { receipt_handles: receiptHandles, extend: opts.extend } : { receipt_handles: receiptHandles };
+    const body =
+      opts.deadLetter === true
+        ? { receipt_handles: receiptHandles, dead_letter: true }
+        : opts.extend === true || opts.extend === 0
+          ? { receipt_handles: receiptHandles, extend: opts.extend }
+          : { receipt_handles: receiptHandles };
     const res = await this.#call("POST", `${this.#topicPath(topic)}/ack/batch`, this.#hJson, JSON.stringify(body), "ack batch");
     return ((await res.body.json()) as AckBatchResult).results.map((r) => ({ receiptHandle: r.receipt_handle, status: r.status }));
   }
@@ -788,6 +836,7 @@ export class Narad {
           key: m.key ?? null,
           producedAt: m.produced_at,
           payload: Buffer.from(m.payload_base64, "base64"),
+          origin: toOrigin(m.origin),
         }),
       ),
       nextOffset: body.next_offset,
@@ -972,10 +1021,28 @@ function toTopic(t: TopicJson): Topic {
     retentionMs: t.retention_ms ?? DEFAULTS.retentionMs,
     replicationFactor: t.replication_factor ?? 1,
     acks: t.acks ?? "leader",
+    maxDeliveries: t.max_deliveries ?? null,
+    deadLetterTopic: t.dead_letter_topic ?? null,
     owner: t.owner ?? null,
     children: (t.children ?? []).map(toChild),
     createdAt: t.created_at,
     placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas ?? [p.node], inSync: p.in_sync ?? [p.node] })),
+  };
+}
+
+function toOrigin(o: OriginJson | undefined): MessageOrigin | null {
+  return o === undefined ? null : { topic: o.topic, partition: o.partition, offset: o.offset, deliveries: o.deliveries, producedAt: o.produced_at };
+}
+
+function originFromHeaders(h: Record<string, string | string[] | undefined>): MessageOrigin | null {
+  const topic = header(h, HEADERS.originTopic);
+  if (topic === undefined) return null;
+  return {
+    topic,
+    partition: Number(header(h, HEADERS.originPartition)),
+    offset: Number(header(h, HEADERS.originOffset)),
+    deliveries: Number(header(h, HEADERS.originDeliveries)),
+    producedAt: Number(header(h, HEADERS.originProducedAt)),
   };
 }
 

@@ -73,6 +73,10 @@ export interface Topic {
   replicationFactor: number;
   /** What a 202 waits for: the leader's fsync, or a majority of the replicas'. */
   acks: AcksMode;
+  /** Deliveries a message gets before it is moved to `deadLetterTopic`; null: unlimited. */
+  maxDeliveries: number | null;
+  /** Where messages go once their deliveries ran out (or a consumer dead-letters them); null: none. */
+  deadLetterTopic: string | null;
   /** The user who created the topic; null when security is off. */
   owner: string | null;
   children: TopicChild[];
@@ -94,6 +98,10 @@ export interface CreateTopicOptions {
   replicationFactor?: number;
   /** Default "quorum" when replicationFactor is above 1. */
   acks?: AcksMode;
+  /** 1..1000 deliveries, then the message moves to deadLetterTopic (which it needs). Default unlimited. */
+  maxDeliveries?: number | null;
+  /** An existing topic other than this one. */
+  deadLetterTopic?: string | null;
 }
 
 export interface UpdateTopicOptions {
@@ -103,6 +111,34 @@ export interface UpdateTopicOptions {
   retentionMs?: number;
   /** A replicated topic's acks mode (the factor is fixed at create). */
   acks?: AcksMode;
+  /** null clears it. */
+  maxDeliveries?: number | null;
+  /** null clears it (max_deliveries must be cleared too). */
+  deadLetterTopic?: string | null;
+}
+
+/** Where a dead letter came from (a message of a dead-letter topic). */
+export interface MessageOrigin {
+  topic: string;
+  partition: number;
+  offset: number;
+  /** Deliveries it had on its topic when it was moved. */
+  deliveries: number;
+  /** When the original was produced, ms since the epoch. */
+  producedAt: number;
+}
+
+export interface RedriveOptions {
+  /** Produce them here instead of to each message's origin topic. */
+  to?: string;
+  /** At most this many (1..10 000; default 1 000). */
+  maxMessages?: number;
+}
+
+export interface RedriveResult {
+  moved: number;
+  /** Messages without an origin when no `to` was given: left in the dead-letter topic. */
+  skipped: number;
 }
 
 /** Where a message of a batch produce was stored. */
@@ -132,6 +168,8 @@ export interface ReplayedMessage {
   key: string | null;
   producedAt: number;
   payload: Buffer;
+  /** A dead letter's source; null on other messages. */
+  origin: MessageOrigin | null;
 }
 
 export interface ReplayPage {

@@ -129,6 +129,32 @@ function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalR
       },
     },
     {
+      // Records with attributes: dead letters moved here from another owner's partition
+      // (src/broker/dead-letters.ts). Only a node sends them (the cluster token); clients cannot.
+      method: "POST",
+      path: "/topics/:topic/partitions/:partition/messages/with-attrs",
+      perm: "produce",
+      handler: async (req, res, p) => {
+        const body = asObject(await http.readJson(req, LIMITS.batchBodyBytesMax * 2));
+        const list = body.messages;
+        if (!Array.isArray(list) || list.length === 0 || list.length > LIMITS.batchMessagesMax) throw new NaradError("invalid_argument", `messages must be a list of 1..${LIMITS.batchMessagesMax}.`);
+        const items: ProduceItem[] = list.map((m: unknown) => {
+          const o = asObject(m);
+          const key = o.key === null || o.key === undefined ? null : o.key;
+          if ((key !== null && typeof key !== "string") || typeof o.payload_base64 !== "string" || (o.attrs_base64 !== undefined && typeof o.attrs_base64 !== "string")) {
+            throw new NaradError("invalid_argument", "Each message is {\"key\", \"payload_base64\", \"attrs_base64\"?}.");
+          }
+          http.checkKey(key);
+          const payload = Buffer.from(o.payload_base64, "base64");
+          if (payload.length > LIMITS.messageBytesMax) throw new NaradError("payload_too_large");
+          const attrs = typeof o.attrs_base64 === "string" ? Buffer.from(o.attrs_base64, "base64") : undefined;
+          return attrs === undefined || attrs.length === 0 ? { key, payload } : { key, payload, attrs };
+        });
+        const results = await cs.produceLocal(topicParam(p), partitionParam(p), items);
+        http.sendJson(res, 202, { results });
+      },
+    },
+    {
       method: "POST",
       path: "/topics/:topic/consume",
       perm: "consume",
@@ -165,7 +191,7 @@ function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalR
         const handles = body.receipt_handles;
         const action = body.action;
         if (!Array.isArray(handles) || handles.some((h) => typeof h !== "string") || handles.length > LIMITS.ackBatchMax) throw new NaradError("invalid_argument", "receipt_handles must be an array of strings.");
-        if (action !== "ack" && action !== "extend" && action !== "nack" && action !== "release") throw new NaradError("invalid_argument", "action must be ack, extend, nack or release.");
+        if (action !== "ack" && action !== "extend" && action !== "nack" && action !== "dead_letter" && action !== "release") throw new NaradError("invalid_argument", "action must be ack, extend, nack, dead_letter or release.");
         const outcomes = await cs.settleLocal(topicParam(p), handles as string[], action as LocalSettleAction);
         http.sendJson(res, 200, { statuses: outcomes.map(http.outcomeStatus) });
       },

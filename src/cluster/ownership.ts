@@ -285,6 +285,8 @@ export function toMeta(t: ClusterTopic): ClusterTopicMeta {
     retention_ms: t.retention_ms,
     replication_factor: t.replication_factor,
     acks: t.acks,
+    max_deliveries: t.max_deliveries,
+    dead_letter_topic: t.dead_letter_topic,
     owner: t.owner,
     owner_id: t.owner_id,
     children: t.children as ChildLink[],

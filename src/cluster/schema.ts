@@ -146,6 +146,20 @@ CREATE TABLE narad.producers (
 CREATE INDEX producers_last_used_at ON narad.producers (last_used_at);
 `,
   },
+  {
+    version: 5,
+    name: "dead letters: max_deliveries and dead_letter_topic per topic",
+    sql: `
+-- SPEC "Dead letters". Both NULL (the default) for every existing topic: unlimited deliveries,
+-- no dead-letter topic. The dead-letter topic is checked to exist when set (src/cluster/service.ts),
+-- not by a foreign key: a dead-letter topic may be deleted, and its moves then wait (retried)
+-- until it exists again or the field changes (docs/operations.md, "Dead letters").
+-- IF NOT EXISTS: this migration does not depend on the others of its release, whatever their order.
+ALTER TABLE narad.topics
+  ADD COLUMN IF NOT EXISTS max_deliveries integer CHECK (max_deliveries BETWEEN 1 AND 1000),
+  ADD COLUMN IF NOT EXISTS dead_letter_topic text;
+`,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

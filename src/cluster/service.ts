@@ -41,6 +41,7 @@ import { encodeBinaryBatch, encodeProducerBatch, decodeDeliveries, BATCH_BINARY_
 import type { Logger } from "pino";
 import { messagesBytesEstimate, type Broker, type Delivery, type ProduceItem, type ReplayResult, type SettleAction } from "../broker/broker.js";
 import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
+import { checkDeadLetterFields, nextDeadLetterFields, type DeadLetterItem } from "../broker/dead-letters.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
 import { groupByPartition } from "../broker/partitioner.js";
@@ -210,6 +211,8 @@ export class ClusterService implements Service {
       retention_ms: t.retention_ms,
       replication_factor: t.replication_factor,
       acks: t.acks,
+      max_deliveries: t.max_deliveries,
+      dead_letter_topic: t.dead_letter_topic,
       owner: t.owner,
       owner_id: t.owner_id,
       children: publicChildren(t.children as ChildLink[]),
@@ -231,7 +234,15 @@ export class ClusterService implements Service {
     await this.topic(name);
   }
 
+  private async exists(name: string): Promise<boolean> {
+    return this.topic(name).then(
+      () => true,
+      () => false,
+    );
+  }
+
   async createTopic(req: TopicSettings, owner: TopicOwner | null): Promise<TopicInfo> {
+    await checkDeadLetterFields(req.name, nextDeadLetterFields({ max_deliveries: null, dead_letter_topic: null }, req), (x) => this.exists(x));
     await cpCall(() =>
       this.o.cp.createTopic({
         name: req.name,
@@ -240,6 +251,8 @@ export class ClusterService implements Service {
         retention_ms: req.retention_ms ?? this.o.defaultRetentionMs,
         replication_factor: req.replication_factor ?? 1,
         acks: req.acks ?? defaultAcks(req.replication_factor ?? 1),
+        max_deliveries: req.max_deliveries ?? null,
+        dead_letter_topic: req.dead_letter_topic ?? null,
         owner: owner?.name ?? null,
         owner_id: owner?.id ?? null,
       }),
@@ -249,7 +262,21 @@ export class ClusterService implements Service {
   }
 
   async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo> {
-    await cpCall(() => this.o.cp.updateTopic(name, { partitions: req.partitions, visibility_timeout_ms: req.visibility_timeout_ms, retention_ms: req.retention_ms, acks: req.acks }));
+    if (req.max_deliveries !== undefined || req.dead_letter_topic !== undefined) {
+      // Checked against the view: a PATCH racing another one on the same topic may pass a rule the
+      // other breaks; the broker then moves nothing without a dead-letter topic (docs/operations.md).
+      await checkDeadLetterFields(name, nextDeadLetterFields(await this.topic(name), req), (x) => this.exists(x));
+    }
+    await cpCall(() =>
+      this.o.cp.updateTopic(name, {
+        partitions: req.partitions,
+        visibility_timeout_ms: req.visibility_timeout_ms,
+        retention_ms: req.retention_ms,
+        acks: req.acks,
+        ...(req.max_deliveries !== undefined ? { max_deliveries: req.max_deliveries } : {}),
+        ...(req.dead_letter_topic !== undefined ? { dead_letter_topic: req.dead_letter_topic } : {}),
+      }),
+    );
     const targets = [`topic:${name}`];
     // A replica grows with its parent, its new partitions kept off the parent's nodes.
     const t = this.o.cp.topic(name);
@@ -453,6 +480,16 @@ export class ClusterService implements Service {
   }
 
   /**
+   * Dead letters of a partition owned here, into their dead-letter topic wherever its partitions
+   * live (src/broker/dead-letters.ts): split and retried as a child copy is (copyGroups), each item
+   * with its attributes (the origin), which a forward carries (remoteProduce).
+   */
+  async appendDeadLetters(topic: string, items: DeadLetterItem[], sources: StoredRecord[]): Promise<void> {
+    const produce = items.map((it): ProduceItem => ({ key: it.key === null ? null : it.key.toString("utf8"), payload: it.payload, attrs: it.attrs }));
+    await this.copyGroups(topic, sources, produce, { authorization: undefined });
+  }
+
+  /**
    * A fan-out, delay or remote-side copy batch, split by partition as a produce is. A group that
    * fails is sent again (a little later, routed around an owner that is down) and the groups
    * already stored are not: one owner's failure must not make the others store their part twice,
@@ -581,6 +618,14 @@ export class ClusterService implements Service {
     if (items[0]?.producer !== undefined) {
       headers["content-type"] = BATCH_BINARY_TYPE;
       res = await this.forward(node, { method: "POST", path: `${base}/idempotent`, headers, body: encodeProducerBatch(items) });
+      if (res.status !== 202) throw errorFromPeer(res);
+      return (JSON.parse(res.body.toString("utf8")) as { results: Produced[] }).results.map((r) => ownedBy(res, r));
+    }
+    if (items.some((it) => it.attrs !== undefined)) {
+      // Items with attributes (dead letters): the internal JSON route, which carries them.
+      headers["content-type"] = "application/json";
+      const messages = items.map((it) => ({ key: it.key, payload_base64: it.payload.toString("base64"), ...(it.attrs !== undefined ? { attrs_base64: it.attrs.toString("base64") } : {}) }));
+      res = await this.forward(node, { method: "POST", path: `${base}/with-attrs`, headers, body: JSON.stringify({ messages }) });
       if (res.status !== 202) throw errorFromPeer(res);
       return (JSON.parse(res.body.toString("utf8")) as { results: Produced[] }).results.map((r) => ownedBy(res, r));
     }
@@ -725,6 +770,7 @@ export class ClusterService implements Service {
       record: { offset: x.offset, producedAtMs: x.producedAtMs, key: x.key, payload: x.payload },
       owner: x.owner,
       ownerBoot: x.ownerBoot,
+      ...(x.origin !== undefined ? { origin: x.origin } : {}),
     }));
   }
 

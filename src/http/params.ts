@@ -76,6 +76,21 @@ export function optInt(o: Record<string, unknown>, field: string, min: number, m
   return v;
 }
 
+/**
+ * The optional dead-letter fields (SPEC "Dead letters"): max_deliveries 1..1000 or null,
+ * dead_letter_topic a topic name or null; absent fields stay undefined (PATCH: unchanged).
+ */
+export function optDeadLetters(o: Record<string, unknown>): { max_deliveries?: number | null; dead_letter_topic?: string | null } {
+  const out: { max_deliveries?: number | null; dead_letter_topic?: string | null } = {};
+  if (o.max_deliveries !== undefined) out.max_deliveries = o.max_deliveries === null ? null : optInt(o, "max_deliveries", LIMITS.maxDeliveriesMin, LIMITS.maxDeliveriesMax)!;
+  const d = o.dead_letter_topic;
+  if (d !== undefined) {
+    if (d !== null && (typeof d !== "string" || !TOPIC_NAME_RE.test(d))) throw new NaradError("invalid_dead_letter_topic", `dead_letter_topic ${shown(d)} is not a topic name (or null, to clear it).`);
+    out.dead_letter_topic = d;
+  }
+  return out;
+}
+
 /** An optional `acks` field: "leader" or "quorum". */
 export function optAcks(o: Record<string, unknown>): AcksMode | undefined {
   const v = o.acks;
@@ -96,7 +111,12 @@ export function isBase64(s: string): boolean {
 }
 
 /** A single ack's ?extend=: absent acks, true restarts the lease, 0 ends it now (a nack). */
-export function settleAction(extend: string | null): SettleAction {
+export function settleAction(extend: string | null, deadLetter: string | null = null): SettleAction {
+  if (deadLetter !== null && deadLetter !== "false") {
+    if (deadLetter !== "true") throw new NaradError("invalid_argument", "dead_letter must be true or false.");
+    if (extend !== null) throw new NaradError("invalid_argument", "dead_letter=true settles the lease; it takes no extend.");
+    return "dead_letter";
+  }
   if (extend === null) return "ack";
   if (extend === "true") return "extend";
   if (extend === "0") return "nack";

@@ -5,6 +5,7 @@
 // setHeader's checks too, which cost more than a produce route. Errors are the JSON body of the
 // error table (src/protocol/errors.ts).
 
+import { originOf } from "../broker/dead-letters.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Delivery, ReplayResult } from "../broker/broker.js";
 import type { SettleOutcome } from "../broker/service.js";
@@ -60,6 +61,7 @@ export function sendDeliveries(res: ServerResponse, ds: readonly Delivery[], nod
       ownerBoot: d.ownerBoot ?? bootId,
       key: d.record.key,
       payload: d.record.payload,
+      ...(d.origin !== undefined ? { origin: d.origin } : {}),
     })),
   );
   head(res, 200, ["content-type", DELIVERIES_TYPE, "content-length", String(body.length), HEADERS.owner, nodeId, HEADERS.ownerBoot, bootId]);
@@ -69,12 +71,16 @@ export function sendDeliveries(res: ServerResponse, ds: readonly Delivery[], nod
 /** A replay page as its JSON answer. */
 export function sendReplay(res: ServerResponse, r: ReplayResult): void {
   sendJson(res, 200, {
-    messages: r.records.map((x) => ({
-      offset: x.offset,
-      key: x.key === null ? null : x.key.toString("utf8"),
-      produced_at: x.producedAtMs,
-      payload_base64: x.payload.toString("base64"),
-    })),
+    messages: r.records.map((x) => {
+      const origin = x.attrs === undefined ? undefined : originOf(x);
+      return {
+        offset: x.offset,
+        key: x.key === null ? null : x.key.toString("utf8"),
+        produced_at: x.producedAtMs,
+        payload_base64: x.payload.toString("base64"),
+        ...(origin !== undefined ? { origin } : {}),
+      };
+    }),
     next_offset: r.nextOffset,
     earliest_offset: r.earliestOffset,
     end_offset: r.endOffset,
@@ -94,6 +100,7 @@ export function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): Co
     payload_base64: r.payload.toString("base64"),
     owner,
     owner_boot: ownerBoot,
+    ...(d.origin !== undefined ? { origin: d.origin } : {}),
   };
 }
 

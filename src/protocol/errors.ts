@@ -32,6 +32,11 @@ export const ERRORS = {
     definite: true,
     message: "This child cannot be attached: a child has one parent and no children of its own.",
   },
+  invalid_dead_letter_topic: {
+    status: 400,
+    definite: true,
+    message: "dead_letter_topic must name an existing topic other than this one, and max_deliveries needs one.",
+  },
   invalid_receipt_handle: {
     status: 400,
     definite: true,
@@ -54,6 +59,11 @@ export const ERRORS = {
   topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
   child_exists: { status: 409, definite: true, message: "This child is attached to the topic already." },
   user_exists: { status: 409, definite: true, message: "A user with this name exists already." },
+  no_dead_letter_topic: {
+    status: 409,
+    definite: true,
+    message: "The topic has no dead_letter_topic, so nothing can be dead-lettered; set one with PATCH first.",
+  },
   partitions_limit: {
     status: 409,
     definite: true,

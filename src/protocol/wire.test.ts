@@ -6,13 +6,27 @@ import { decodeBinaryBatch, decodeDeliveries, encodeBinaryBatch, encodeDeliverie
 const delivery = fc.record({
   partition: fc.integer({ min: 0, max: 1023 }),
   offset: fc.integer({ min: 0, max: 2 ** 48 - 1 }),
-  deliveryCount: fc.integer({ min: 1, max: 2 ** 32 - 1 }),
+  // 31 bits: the top bit of the field says an origin follows (a dead letter).
+  deliveryCount: fc.integer({ min: 1, max: 2 ** 31 - 1 }),
   producedAtMs: fc.integer({ min: 0, max: 2 ** 45 }),
   receiptHandle: fc.string({ minLength: 42, maxLength: 42 }).map((s) => Buffer.from(s, "latin1").toString("base64url").padEnd(42, "A").slice(0, 42)),
   owner: fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/),
   ownerBoot: fc.stringMatching(/^[0-9a-f]{16}$/),
   key: fc.option(fc.uint8Array({ maxLength: 64 }).map((a) => Buffer.from(a)), { nil: null }),
   payload: fc.uint8Array({ maxLength: 3000 }).map((a) => Buffer.from(a)),
+  origin: fc.option(
+    fc.record({
+      topic: fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/),
+      partition: fc.integer({ min: 0, max: 1023 }),
+      offset: fc.integer({ min: 0, max: 2 ** 48 - 1 }),
+      deliveries: fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+      produced_at: fc.integer({ min: 0, max: 2 ** 45 }),
+    }),
+    { nil: undefined },
+  ),
+}).map((d) => {
+  const { origin, ...rest } = d;
+  return origin === undefined ? rest : { ...rest, origin: { ...origin } };
 });
 
 test("binary deliveries: decode(encode(x)) is x, and every truncation is refused, never misread", () => {
@@ -23,7 +37,7 @@ test("binary deliveries: decode(encode(x)) is x, and every truncation is refused
       assert.ok(Array.isArray(back));
       assert.deepEqual(back.map((d) => ({ ...d, key: d.key === null ? null : Buffer.from(d.key), payload: Buffer.from(d.payload) })), ds.map((d) => ({ ...d })));
       // Cutting the body anywhere inside a delivery is a described fault, not a shorter list.
-      for (const cut of [1, 7, 22, b.length - 1]) {
+      for (const cut of [1, 7, 22, b.length - 30, b.length - 1]) {
         if (ds.length === 0 || cut >= b.length) continue;
         const r = decodeDeliveries(b.subarray(0, cut));
         if (typeof r !== "string") {

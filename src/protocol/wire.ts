@@ -33,6 +33,12 @@ export const LIMITS = {
   keyBytesMax: 4096,
   /** Copies of each partition a topic may keep (SPEC "Replicated partitions"). */
   replicationFactorMax: 5,
+  /** Bounds of a topic's max_deliveries (SPEC "Dead letters"; null: unlimited). */
+  maxDeliveriesMin: 1,
+  maxDeliveriesMax: 1000,
+  /** Redrive: messages one request moves when it names no max_messages, and the most it may name. */
+  redriveMessagesDefault: 1000,
+  redriveMessagesMax: 10_000,
 } as const;
 
 export const DEFAULTS = {
@@ -59,6 +65,11 @@ export const HEADERS = {
   producerId: "narad-producer-id",
   sequence: "narad-sequence",
   duplicate: "narad-duplicate",
+  originTopic: "narad-origin-topic",
+  originPartition: "narad-origin-partition",
+  originOffset: "narad-origin-offset",
+  originDeliveries: "narad-origin-deliveries",
+  originProducedAt: "narad-origin-produced-at",
 } as const;
 
 /** Content type of the compact binary batch produce encoding (see docs/api.md). */
@@ -92,7 +103,29 @@ export interface ReplicationJson {
   acks: AcksMode;
 }
 
-export interface TopicJson extends TopicSettingsJson, ReplicationJson {
+/**
+ * Dead letters (SPEC "Dead letters"): a message is delivered at most max_deliveries times, then
+ * moved to dead_letter_topic. Both null by default; max_deliveries needs a dead_letter_topic.
+ */
+export interface DeadLetterJson {
+  /** 1..LIMITS.maxDeliveriesMax, or null: unlimited. */
+  max_deliveries: number | null;
+  /** An existing topic other than this one, or null. */
+  dead_letter_topic: string | null;
+}
+
+/** Where a dead letter came from, as the JSON answers show it. */
+export interface OriginJson {
+  topic: string;
+  partition: number;
+  offset: number;
+  /** Deliveries it had on its topic when it was moved. */
+  deliveries: number;
+  /** The produce time of the original message, ms since the epoch. */
+  produced_at: number;
+}
+
+export interface TopicJson extends TopicSettingsJson, ReplicationJson, DeadLetterJson {
   name: string;
   owner: string | null;
   children: ChildJson[];
@@ -113,12 +146,12 @@ export interface PlacementJson {
   in_sync: string[];
 }
 
-export interface CreateTopicRequest extends Partial<TopicSettingsJson>, Partial<ReplicationJson> {
+export interface CreateTopicRequest extends Partial<TopicSettingsJson>, Partial<ReplicationJson>, Partial<DeadLetterJson> {
   name: string;
 }
 
-/** PATCH: settings, more partitions, and the acks mode (the factor is fixed at create). */
-export type UpdateTopicRequest = Partial<TopicSettingsJson> & { acks?: AcksMode };
+/** PATCH: settings, more partitions, the acks mode (the factor is fixed at create), dead letters (null clears). */
+export type UpdateTopicRequest = Partial<TopicSettingsJson> & { acks?: AcksMode } & Partial<DeadLetterJson>;
 
 /** The acks a topic gets when the create names none. */
 export function defaultAcks(replicationFactor: number): AcksMode {
@@ -145,11 +178,28 @@ export interface ConsumedMessageJson {
   /** The partition's owner that holds the lease, and its boot id. */
   owner: string;
   owner_boot: string;
+  /** A dead letter's source; absent on other messages. */
+  origin?: OriginJson;
 }
 
 export interface AckBatchRequest {
   receipt_handles: string[];
   extend?: boolean | number;
+  /** Move every leased message named to the topic's dead-letter topic. */
+  dead_letter?: boolean;
+}
+
+/** POST /v1/topics/{dlq}/redrive. */
+export interface RedriveRequest {
+  max_messages?: number;
+  /** Where to produce them (default: each message's origin topic). */
+  to?: string;
+}
+
+export interface RedriveResponse {
+  moved: number;
+  /** Messages with no origin and no `to`: left in the dead-letter topic. */
+  skipped: number;
 }
 
 export interface AckBatchResult {
@@ -161,6 +211,8 @@ export interface ReplayMessageJson {
   key: string | null;
   produced_at: number;
   payload_base64: string;
+  /** A dead letter's source; absent on other messages. */
+  origin?: OriginJson;
 }
 
 export interface ReplayResponse {
@@ -340,9 +392,15 @@ export interface WireDelivery {
   ownerBoot: string;
   key: Buffer | null;
   payload: Buffer;
+  /** A dead letter's source. */
+  origin?: OriginJson;
 }
 
 const DELIVERY_FIXED_BYTES = 2 + 6 + 4 + 8 + 3 + 4 + 4;
+/** Set in the delivery count's top bit when an origin follows the payload (a count never reaches it). */
+const ORIGIN_FLAG = 0x80000000;
+/** u32 partition, u48 offset, u32 deliveries, f64 produced at, u8 topic length. */
+const ORIGIN_FIXED_BYTES = 4 + 6 + 4 + 8 + 1;
 
 /**
  * The binary answer to consume/batch (Accept: application/vnd.narad.deliveries), repeated until
@@ -354,19 +412,22 @@ const DELIVERY_FIXED_BYTES = 2 + 6 + 4 + 8 + 3 + 4 + 4;
  *   H + O + B bytes: the receipt handle, the owner's node id, its boot id (ASCII)
  *   u32  key length + 1 (0 = no key), then the key bytes
  *   u32  payload length, then the payload
+ *   only when the delivery count's top bit is set (a dead letter; the count is the other 31 bits):
+ *   u32 origin partition, u48 origin offset, u32 deliveries, f64 origin produce time,
+ *   u8 topic length T, T bytes of the origin topic (ASCII: topic names are)
  *
  * It carries what the JSON answer does, per message, without base64 and a JSON parse at either
  * end. Node ids and boot ids are at most 64 ASCII characters, handles 42.
  */
 export function encodeDeliveries(ds: readonly WireDelivery[]): Buffer {
   let size = 0;
-  for (const d of ds) size += DELIVERY_FIXED_BYTES + d.receiptHandle.length + d.owner.length + d.ownerBoot.length + (d.key?.length ?? 0) + d.payload.length;
+  for (const d of ds) size += DELIVERY_FIXED_BYTES + d.receiptHandle.length + d.owner.length + d.ownerBoot.length + (d.key?.length ?? 0) + d.payload.length + (d.origin === undefined ? 0 : ORIGIN_FIXED_BYTES + d.origin.topic.length);
   const out = Buffer.allocUnsafe(size);
   let at = 0;
   for (const d of ds) {
     at = out.writeUInt16BE(d.partition, at);
     at = out.writeUIntBE(d.offset, at, 6);
-    at = out.writeUInt32BE(d.deliveryCount >>> 0, at);
+    at = out.writeUInt32BE(((d.deliveryCount & 0x7fffffff) | (d.origin === undefined ? 0 : ORIGIN_FLAG)) >>> 0, at);
     at = out.writeDoubleBE(d.producedAtMs, at);
     out[at++] = d.receiptHandle.length;
     out[at++] = d.owner.length;
@@ -378,6 +439,15 @@ export function encodeDeliveries(ds: readonly WireDelivery[]): Buffer {
     if (d.key !== null) at += d.key.copy(out, at);
     at = out.writeUInt32BE(d.payload.length, at);
     at += d.payload.copy(out, at);
+    if (d.origin !== undefined) {
+      const o = d.origin;
+      at = out.writeUInt32BE(o.partition >>> 0, at);
+      at = out.writeUIntBE(o.offset, at, 6);
+      at = out.writeUInt32BE(o.deliveries >>> 0, at);
+      at = out.writeDoubleBE(o.produced_at, at);
+      out[at++] = o.topic.length;
+      at += out.write(o.topic, at, "latin1");
+    }
   }
   return out;
 }
@@ -391,7 +461,8 @@ export function decodeDeliveries(b: Buffer): WireDelivery[] | string {
     if (!need(23)) return `truncated delivery header at byte ${at}`;
     const partition = b.readUInt16BE(at);
     const offset = b.readUIntBE(at + 2, 6);
-    const deliveryCount = b.readUInt32BE(at + 8);
+    const countField = b.readUInt32BE(at + 8);
+    const deliveryCount = countField & 0x7fffffff;
     const producedAtMs = b.readDoubleBE(at + 12);
     const hl = b[at + 20]!;
     const ol = b[at + 21]!;
@@ -414,8 +485,24 @@ export function decodeDeliveries(b: Buffer): WireDelivery[] | string {
     const pl = b.readUInt32BE(at);
     at += 4;
     if (!need(pl)) return `truncated payload at byte ${at}`;
-    out.push({ partition, offset, deliveryCount, producedAtMs, receiptHandle, owner, ownerBoot, key, payload: b.subarray(at, at + pl) });
+    const payload = b.subarray(at, at + pl);
     at += pl;
+    if ((countField & ORIGIN_FLAG) !== 0) {
+      if (!need(ORIGIN_FIXED_BYTES)) return `truncated origin at byte ${at}`;
+      const tl = b[at + ORIGIN_FIXED_BYTES - 1]!;
+      if (!need(ORIGIN_FIXED_BYTES + tl)) return `truncated origin topic at byte ${at}`;
+      const origin: OriginJson = {
+        partition: b.readUInt32BE(at),
+        offset: b.readUIntBE(at + 4, 6),
+        deliveries: b.readUInt32BE(at + 10),
+        produced_at: b.readDoubleBE(at + 14),
+        topic: b.toString("latin1", at + ORIGIN_FIXED_BYTES, at + ORIGIN_FIXED_BYTES + tl),
+      };
+      at += ORIGIN_FIXED_BYTES + tl;
+      out.push({ partition, offset, deliveryCount, producedAtMs, receiptHandle, owner, ownerBoot, key, payload, origin });
+      continue;
+    }
+    out.push({ partition, offset, deliveryCount, producedAtMs, receiptHandle, owner, ownerBoot, key, payload });
   }
   return out;
 }

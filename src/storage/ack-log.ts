@@ -36,19 +36,35 @@
 //   4       u32   crc32c of bytes [8, 12 + payloadBytes)
 //   8       u32   payloadBytes (a multiple of 16, at most BLOCK_PAYLOAD_BYTES_MAX)
 //   12      ...   entries, 16 bytes each:
-//                   0  u8   kind: 1 = offsets [offset, offset + count) acked, 2 = floor raised to offset
+//                   0  u8   kind: 1 = offsets [offset, offset + count) acked, 2 = floor raised to offset,
+//                             3 = offset delivered `count` times, 4 = as 3, and a dead-letter move was
+//                             asked for (ack ?dead_letter=true)
 //                   1  u8×3 zero
-//                   4  u32  count (kind 1), 0 otherwise
+//                   4  u32  count (kinds 1, 3, 4), 0 otherwise
 //                   8  u64  offset (u32 low, u32 high)
+//
+// Delivery counts (kinds 3 and 4; SPEC "Dead letters": counts survive restarts) ride on the same
+// blocks and schedule as the acks. They are written when a lease ends without an ack (a nack or a
+// lapse) and, at a graceful close, for the leases still held, so a count on disk never exceeds the
+// deliveries made: a crash can only forget some, and a message is then delivered a few times more
+// than max_deliveries, never fewer. Counts only grow (a replay keeps the larger count, and a
+// dead-letter ask once made stays), so replaying entries in any order and any number of times is
+// harmless, as for acks. An ack or a floor raise drops an offset's count. A build from before
+// counts skips kinds 3 and 4 (logged) and reads the acks as before.
 //
 // acks.snapshot layout (little-endian):
 //
 //   0       u32   SNAPSHOT_MAGIC ("NAKS")
-//   4       u32   SNAPSHOT_VERSION (1)
+//   4       u32   SNAPSHOT_VERSION: 1, or 2 when delivery counts follow the ranges
 //   8       u64   floor
 //   16      u32   rangeCount
 //   20      16×n  ranges: u64 start, u64 end (exclusive), sorted, disjoint, above the floor
-//   20+16n  u32   crc32c of every byte before it
+//   version 2 only:
+//   20+16n  u32   countCount
+//   24+16n  16×c  counts: u64 offset, u32 deliveries, u32 flags (bit 0: a dead-letter move was asked)
+//   end-4   u32   crc32c of every byte before it
+//
+// A snapshot without counts is written as version 1, byte for byte as builds before counts did.
 
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -78,8 +94,19 @@ const BLOCK_PAYLOAD_BYTES_MAX = 1024 * 1024;
 const ENTRIES_PER_BLOCK_MAX = BLOCK_PAYLOAD_BYTES_MAX / ENTRY_BYTES;
 const KIND_RANGE = 1;
 const KIND_FLOOR = 2;
+const KIND_DELIVERIES = 3;
+const KIND_DEAD_LETTER = 4;
 const SNAPSHOT_MAGIC = 0x534b414e; // "NAKS"
 const SNAPSHOT_VERSION = 1;
+const SNAPSHOT_VERSION_COUNTS = 2;
+/**
+ * Most offsets with a delivery count kept per partition (in memory and in the snapshot). At the
+ * limit a count of a further offset is not kept (logged once per open): that message is counted
+ * from 0 again after a restart, so it may be delivered more than max_deliveries times, never fewer.
+ */
+export const DELIVERY_COUNTS_MAX = 1_000_000;
+/** Added to a count in `counts` when a dead-letter move was asked for the offset. */
+const DEAD_LETTER_FLAG = 4294967296;
 const ACK_LOG_BYTES_MAX_DEFAULT = 4 * 1024 * 1024;
 /**
  * Buffered entries beyond this (the disk keeps failing, or acks arrive faster than any flush)
@@ -154,6 +181,12 @@ class EntryBuffer {
     }
   }
 
+  pushCount(kind: number, offset: number, count: number): void {
+    this.kinds.push(kind);
+    this.offsets.push(offset);
+    this.counts.push(count);
+  }
+
   pushFloor(offset: number): void {
     this.kinds.push(KIND_FLOOR);
     this.offsets.push(offset);
@@ -206,10 +239,17 @@ function checkBlock(buf: Buffer, pos: number): number | string {
   return end - pos;
 }
 
-export function encodeSnapshot(set: AckedSet): Buffer {
-  const buf = Buffer.alloc(20 + set.rangeCount * 16 + 4);
+/**
+ * The snapshot of `set` and of the delivery counts of offsets it does not hold (offset → count,
+ * plus DEAD_LETTER_FLAG when a move was asked). Version 1 when there are no counts.
+ */
+export function encodeSnapshot(set: AckedSet, counts: ReadonlyMap<number, number> = new Map()): Buffer {
+  const kept: [number, number][] = [];
+  for (const [offset, v] of counts) if (!set.has(offset)) kept.push([offset, v]);
+  const withCounts = kept.length > 0;
+  const buf = Buffer.alloc(20 + set.rangeCount * 16 + (withCounts ? 4 + kept.length * 16 : 0) + 4);
   buf.writeUInt32LE(SNAPSHOT_MAGIC, 0);
-  buf.writeUInt32LE(SNAPSHOT_VERSION, 4);
+  buf.writeUInt32LE(withCounts ? SNAPSHOT_VERSION_COUNTS : SNAPSHOT_VERSION, 4);
   writeU64(buf, set.floor, 8);
   buf.writeUInt32LE(set.rangeCount, 16);
   let pos = 20;
@@ -218,17 +258,37 @@ export function encodeSnapshot(set: AckedSet): Buffer {
     writeU64(buf, end, pos + 8);
     pos += 16;
   });
+  if (withCounts) {
+    buf.writeUInt32LE(kept.length, pos);
+    pos += 4;
+    for (const [offset, v] of kept) {
+      writeU64(buf, offset, pos);
+      buf.writeUInt32LE(v % DEAD_LETTER_FLAG, pos + 8);
+      buf.writeUInt32LE(v >= DEAD_LETTER_FLAG ? 1 : 0, pos + 12);
+      pos += 16;
+    }
+  }
   buf.writeUInt32LE(crc32c(buf.subarray(0, pos)), pos);
   return buf;
 }
 
-/** Applies a snapshot to `set`; returns a reason when the bytes are not a valid snapshot. */
-export function applySnapshot(buf: Buffer, set: AckedSet): string | null {
+/**
+ * Applies a snapshot to `set` (and its delivery counts to `counts`, in the form encodeSnapshot
+ * takes); returns a reason when the bytes are not a valid snapshot.
+ */
+export function applySnapshot(buf: Buffer, set: AckedSet, counts: Map<number, number> = new Map()): string | null {
   if (buf.length < 24) return "snapshot too short";
   if (buf.readUInt32LE(0) !== SNAPSHOT_MAGIC) return "bad snapshot magic";
-  if (buf.readUInt32LE(4) !== SNAPSHOT_VERSION) return "unknown snapshot version";
+  const version = buf.readUInt32LE(4);
+  if (version !== SNAPSHOT_VERSION && version !== SNAPSHOT_VERSION_COUNTS) return "unknown snapshot version";
   const ranges = buf.readUInt32LE(16);
-  if (buf.length !== 20 + ranges * 16 + 4) return "snapshot size does not match its range count";
+  const rangesEnd = 20 + ranges * 16;
+  let countsN = 0;
+  if (version === SNAPSHOT_VERSION_COUNTS) {
+    if (buf.length < rangesEnd + 8) return "snapshot size does not match its range count";
+    countsN = buf.readUInt32LE(rangesEnd);
+    if (buf.length !== rangesEnd + 4 + countsN * 16 + 4) return "snapshot size does not match its range and count counts";
+  } else if (buf.length !== rangesEnd + 4) return "snapshot size does not match its range count";
   const crcPos = buf.length - 4;
   if (crc32c(buf.subarray(0, crcPos)) !== buf.readUInt32LE(crcPos)) return "snapshot checksum mismatch";
   const floor = readU64(buf, 8);
@@ -239,6 +299,13 @@ export function applySnapshot(buf: Buffer, set: AckedSet): string | null {
     const end = readU64(buf, 28 + i * 16);
     if (start < 0 || end < 0 || end <= start) return `snapshot range ${i} is malformed`;
     set.addRange(start, end);
+  }
+  for (let i = 0; i < countsN; i++) {
+    const at = rangesEnd + 4 + i * 16;
+    const offset = readU64(buf, at);
+    if (offset < 0) return `snapshot delivery count ${i} is malformed`;
+    const v = buf.readUInt32LE(at + 8) + ((buf.readUInt32LE(at + 12) & 1) === 1 ? DEAD_LETTER_FLAG : 0);
+    if (!set.has(offset)) counts.set(offset, Math.max(counts.get(offset) ?? 0, v));
   }
   return null;
 }
@@ -258,6 +325,9 @@ export class FileAckLog implements AckLog {
   private readonly fs: StorageFs;
   private readonly scheduler: Scheduler;
   private readonly set = new AckedSet();
+  /** Delivery counts of unsettled offsets (+ DEAD_LETTER_FLAG: a dead-letter move was asked). */
+  private readonly counts = new Map<number, number>();
+  private countsFullLogged = false;
   private readonly logPath: string;
   private readonly snapshotPath: string;
   private readonly ackLogBytesMax: number;
@@ -344,8 +414,51 @@ export class FileAckLog implements AckLog {
     if (!(Number.isSafeInteger(offset) && offset >= 0)) assert.fail(`bad offset ${offset}`); // the message is built only on failure
     if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
     if (!this.set.add(offset)) return;
+    if (this.counts.size > 0) this.counts.delete(offset);
     this.pending.pushAck(offset);
     this.boundPending();
+  }
+
+  deliveries(offset: number): number {
+    const v = this.counts.get(offset);
+    return v === undefined ? 0 : v % DEAD_LETTER_FLAG;
+  }
+
+  deadLetterAsked(offset: number): boolean {
+    return (this.counts.get(offset) ?? 0) >= DEAD_LETTER_FLAG;
+  }
+
+  recordDeliveries(offset: number, count: number, deadLetter = false): void {
+    if (!(Number.isSafeInteger(offset) && offset >= 0 && Number.isSafeInteger(count) && count >= 0)) assert.fail(`bad delivery count ${count} of ${offset}`);
+    if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
+    if (this.set.has(offset) || !this.mergeCount(offset, count, deadLetter)) return;
+    this.pending.pushCount(deadLetter ? KIND_DEAD_LETTER : KIND_DELIVERIES, offset, Math.min(count, U32_MAX));
+    this.boundPending();
+  }
+
+  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    for (const [offset, v] of this.counts) if (!this.set.has(offset)) fn(offset, v % DEAD_LETTER_FLAG, v >= DEAD_LETTER_FLAG);
+  }
+
+  /** Counts only grow and a dead-letter ask stays; false when nothing changed (or at the bound). */
+  private mergeCount(offset: number, count: number, deadLetter: boolean): boolean {
+    const cur = this.counts.get(offset);
+    const c = Math.max((cur ?? 0) % DEAD_LETTER_FLAG, Math.min(count, U32_MAX));
+    const next = c + (deadLetter || (cur ?? 0) >= DEAD_LETTER_FLAG ? DEAD_LETTER_FLAG : 0);
+    if (next === cur) return false;
+    if (cur === undefined && this.counts.size >= DELIVERY_COUNTS_MAX) {
+      if (!this.countsFullLogged) this.log.warn({ countsMax: DELIVERY_COUNTS_MAX }, "delivery counts of more unsettled messages than the bound: further counts are kept in memory by the broker only, and start again after a restart");
+      this.countsFullLogged = true;
+      return false;
+    }
+    this.counts.set(offset, next);
+    return true;
+  }
+
+  /** Drops the counts of offsets that are settled now. */
+  private pruneCounts(): void {
+    if (this.counts.size === 0) return;
+    for (const offset of this.counts.keys()) if (this.set.has(offset)) this.counts.delete(offset);
   }
 
   ackRange(start: number, end: number): void {
@@ -354,6 +467,7 @@ export class FileAckLog implements AckLog {
     const from = Math.max(start, this.set.floor);
     if (from >= end) return;
     this.set.addRange(from, end);
+    this.pruneCounts();
     this.pending.pushRange(from, end - from);
     this.boundPending();
   }
@@ -370,6 +484,7 @@ export class FileAckLog implements AckLog {
     if (!(Number.isSafeInteger(offset) && offset >= 0)) assert.fail(`bad offset ${offset}`); // the message is built only on failure
     if (this.closed) throw new StorageError("log_closed", `ack log in ${this.dir} is closed`);
     if (!this.set.raiseFloor(offset)) return;
+    this.pruneCounts();
     this.pending.pushFloor(offset);
     this.boundPending();
   }
@@ -479,7 +594,7 @@ export class FileAckLog implements AckLog {
 
   /** Snapshot first (durable), then drop the log: an ack is always in one of the two. */
   private async compact(): Promise<void> {
-    const snapshot = encodeSnapshot(this.set);
+    const snapshot = encodeSnapshot(this.set, this.counts);
     await this.fs.writeFileAtomic(this.snapshotPath, snapshot);
     this.snapshotNeeded = false;
     // Blocks not yet in the file (power-loss mode) are covered by the snapshot; they are still
@@ -527,7 +642,7 @@ export class FileAckLog implements AckLog {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
     if (snapshot !== null) {
-      const problem = applySnapshot(snapshot, this.set);
+      const problem = applySnapshot(snapshot, this.set, this.counts);
       if (problem === null) this.recovery.snapshotLoaded = true;
       else {
         this.recovery.snapshotProblem = problem;
@@ -542,6 +657,7 @@ export class FileAckLog implements AckLog {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
     if (logData !== null && logData.length > 0) this.replay(logData);
+    this.pruneCounts();
 
     let created = false;
     try {
@@ -612,7 +728,9 @@ export class FileAckLog implements AckLog {
       if (offset < 0) continue;
       if (kind === KIND_RANGE) this.set.addRange(offset, offset + count);
       else if (kind === KIND_FLOOR) this.set.raiseFloor(offset);
-      else this.log.warn({ kind }, "unknown ack log entry kind ignored");
+      else if (kind === KIND_DELIVERIES || kind === KIND_DEAD_LETTER) {
+        if (!this.set.has(offset)) this.mergeCount(offset, count, kind === KIND_DEAD_LETTER);
+      } else this.log.warn({ kind }, "unknown ack log entry kind ignored");
     }
   }
 }

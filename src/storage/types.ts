@@ -160,6 +160,17 @@ export interface AckLog {
   settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] };
   /** Number of acked offsets at or above the floor (for metrics). */
   readonly ackedAboveFloor: number;
+  /**
+   * Deliveries recorded for an unsettled offset (0: none). Kept with the acks, on their schedule
+   * (./ack-log.ts), so delivery counts survive restarts (SPEC "Dead letters").
+   */
+  deliveries(offset: number): number;
+  /** Whether a dead-letter move was asked for the unsettled offset (ack ?dead_letter=true). */
+  deadLetterAsked(offset: number): boolean;
+  /** Records that the offset was delivered `count` times (counts only grow); `deadLetter`: a move was asked. */
+  recordDeliveries(offset: number, count: number, deadLetter?: boolean): void;
+  /** Every unsettled offset with a recorded count. */
+  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void;
   /** Writes and fsyncs every buffered ack now (SIGTERM path). */
   flushAndSync(): Promise<void>;
   /** Lets go of its descriptor when nothing waits to be written and nothing was for idleMs. */

@@ -4,7 +4,7 @@
 // cached view. The rows PostgreSQL returns, and their conversion into these, are in ./rows.ts.
 
 import { NaradError } from "../../protocol/errors.js";
-import type { ChildJson, ReplicationJson, TopicJson, TopicSettingsJson, UpdateTopicRequest } from "../../protocol/wire.js";
+import type { ChildJson, DeadLetterJson, ReplicationJson, TopicJson, TopicSettingsJson, UpdateTopicRequest } from "../../protocol/wire.js";
 import type { StoredUser } from "../../auth/user-store-api.js";
 
 export type NodeState = "live" | "down";
@@ -52,7 +52,7 @@ export interface PartitionPlacement {
   version: number;
 }
 
-export interface NewTopic extends TopicSettingsJson, Partial<ReplicationJson> {
+export interface NewTopic extends TopicSettingsJson, Partial<ReplicationJson>, Partial<DeadLetterJson> {
   name: string;
   owner: string | null;
   /** The owner's user id; null exactly when owner is. */

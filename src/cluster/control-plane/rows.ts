@@ -29,6 +29,8 @@ export interface TopicRow {
   retention_ms: string;
   replication_factor: number;
   acks: AcksMode;
+  max_deliveries: number | null;
+  dead_letter_topic: string | null;
   owner: string | null;
   owner_id: string | null;
   children: ChildJson[];
@@ -59,7 +61,7 @@ export interface UserRow {
 
 export const NODE_COLUMNS = `id, node_number, advertise_url, boot_id, state, lease_expires_at > now() AS live,
   (extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms, version`;
-export const TOPIC_COLUMNS = "name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, owner_id, children, created_at, version";
+export const TOPIC_COLUMNS = "name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, max_deliveries, dead_letter_topic, owner, owner_id, children, created_at, version";
 export const PARTITION_COLUMNS = "topic, partition, node_id, epoch, state, move_to, replicas, in_sync, version";
 export const USER_COLUMNS = "name, id, password, grants, created_at, version";
 
@@ -85,6 +87,8 @@ export function toTopic(r: TopicRow): ClusterTopic {
     retention_ms: Number(r.retention_ms),
     replication_factor: r.replication_factor,
     acks: r.acks,
+    max_deliveries: r.max_deliveries ?? null,
+    dead_letter_topic: r.dead_letter_topic ?? null,
     owner: r.owner,
     owner_id: r.owner_id,
     children: r.children,

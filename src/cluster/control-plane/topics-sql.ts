@@ -34,9 +34,9 @@ export async function createTopic(write: Write, t: NewTopic, nowMs: number): Pro
     const sets = t.nodes?.map((n) => [n]) ?? (await placeNew(c, t.partitions, factor));
     try {
       await c.query(
-        `INSERT INTO narad.topics (name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, owner_id, children, created_at, version)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, nextval('narad.change_seq'))`,
-        [t.name, incarnation, t.partitions, t.visibility_timeout_ms, t.retention_ms, factor, t.acks ?? defaultAcks(factor), t.owner, t.owner_id, JSON.stringify(t.children ?? []), createdAt],
+        `INSERT INTO narad.topics (name, incarnation, partitions, visibility_timeout_ms, retention_ms, replication_factor, acks, owner, owner_id, children, created_at, max_deliveries, dead_letter_topic, version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, nextval('narad.change_seq'))`,
+        [t.name, incarnation, t.partitions, t.visibility_timeout_ms, t.retention_ms, factor, t.acks ?? defaultAcks(factor), t.owner, t.owner_id, JSON.stringify(t.children ?? []), createdAt, t.max_deliveries ?? null, t.dead_letter_topic ?? null],
       );
     } catch (e) {
       if (isUniqueViolation(e)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(t.name)} exists already.`);
@@ -77,9 +77,23 @@ export async function updateTopic(write: Write, name: string, change: TopicChang
          retention_ms = coalesce($4, retention_ms),
          children = coalesce($5::jsonb, children),
          acks = coalesce($6, acks),
+         max_deliveries = CASE WHEN $7 THEN $8::integer ELSE max_deliveries END,
+         dead_letter_topic = CASE WHEN $9 THEN $10::text ELSE dead_letter_topic END,
          version = nextval('narad.change_seq')
        WHERE name = $1`,
-      [name, next, change.visibility_timeout_ms ?? null, change.retention_ms ?? null, change.children === undefined ? null : JSON.stringify(change.children), change.acks ?? null],
+      [
+        name,
+        next,
+        change.visibility_timeout_ms ?? null,
+        change.retention_ms ?? null,
+        change.children === undefined ? null : JSON.stringify(change.children),
+        change.acks ?? null,
+        // Dead letters: null clears them, so "not given" is told apart from null.
+        change.max_deliveries !== undefined,
+        change.max_deliveries ?? null,
+        change.dead_letter_topic !== undefined,
+        change.dead_letter_topic ?? null,
+      ],
     );
   });
 }

@@ -165,14 +165,16 @@ export class FollowerReplica {
   }
 
   /** The leader's acks and copy cursors, applied here; they reach the disk on their own schedules. */
-  applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = [], ranges: readonly (readonly [number, number])[] = []): Promise<void> {
-    return this.serially(() => this.applyAcksNow(epoch, floor, acked, cursors, ranges));
+  applyAcks(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[] = [], ranges: readonly (readonly [number, number])[] = [], deliveries: readonly (readonly [number, number, number])[] = []): Promise<void> {
+    return this.serially(() => this.applyAcksNow(epoch, floor, acked, cursors, ranges, deliveries));
   }
 
-  private async applyAcksNow(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[], ranges: readonly (readonly [number, number])[]): Promise<void> {
+  private async applyAcksNow(epoch: number, floor: number, acked: readonly number[], cursors: readonly CursorUpdate[], ranges: readonly (readonly [number, number])[], deliveries: readonly (readonly [number, number, number])[]): Promise<void> {
     if (epoch < this.epoch) return;
     if (floor > this.acks.floor) this.acks.raiseFloor(floor);
     for (const [start, end] of ranges) this.acks.ackRange(start, end);
+    // Counts before acks: a count of an offset acked in the same batch is then dropped by its ack.
+    for (const [o, count, dead] of deliveries) this.acks.recordDeliveries(o, count, dead === 1);
     for (const o of acked) this.acks.ack(o);
     for (const u of cursors) {
       if (u.next === null) {

@@ -98,6 +98,8 @@ interface AckBatch {
   ranges?: [number, number][];
   /** Copy cursors of child topics changed since the last batch: null `next` removes one. */
   cursors: CursorUpdate[];
+  /** Delivery counts recorded since the last batch: [offset, count, 1 if a dead-letter move was asked]. */
+  deliveries?: [number, number, number][];
 }
 
 export interface CursorUpdate {
@@ -142,6 +144,8 @@ export class ReplicatedLog implements PartitionLog {
   private tick: Timer | undefined;
   private ackTimer: Timer | undefined;
   private ackBuf: number[] = [];
+  /** Delivery counts taken here since the last ack batch (see AckBatch.deliveries). */
+  private deliveryBuf: [number, number, number][] = [];
   private readonly cursorsDirty = new Map<string, CursorUpdate>();
   private ackFloor = 0;
   private ackFloorShipped = 0;
@@ -605,7 +609,7 @@ export class ReplicatedLog implements PartitionLog {
       ms: l.match >= end ? 0 : now - l.caughtUpMono,
       inSync: inSync.includes(l.node),
       // Acks taken here that have not reached the follower yet (buffered, queued or in flight).
-      acksPending: this.ackBuf.length + l.ackQueued,
+      acksPending: this.ackBuf.length + this.deliveryBuf.length + l.ackQueued,
     }));
   }
 
@@ -613,6 +617,10 @@ export class ReplicatedLog implements PartitionLog {
 
   noteAck(offset: number): void {
     this.ackBuf.push(offset);
+  }
+
+  noteDeliveries(offset: number, count: number, deadLetter: boolean): void {
+    this.deliveryBuf.push([offset, count, deadLetter ? 1 : 0]);
   }
 
   noteFloor(floor: number): void {
@@ -641,23 +649,25 @@ export class ReplicatedLog implements PartitionLog {
   }
 
   private shipAcks(): void {
-    if (this.ackBuf.length === 0 && this.ackFloor === this.ackFloorShipped && this.cursorsDirty.size === 0) return;
+    if (this.ackBuf.length === 0 && this.deliveryBuf.length === 0 && this.ackFloor === this.ackFloorShipped && this.cursorsDirty.size === 0) return;
     if (this.c.acksNotShipped === true) {
       this.ackBuf = []; // seeded bug: acks stay on the leader
+      this.deliveryBuf = [];
       this.cursorsDirty.clear();
       return;
     }
-    const batch: AckBatch = { floor: this.ackFloor, acked: this.ackBuf, cursors: [...this.cursorsDirty.values()] };
+    const batch: AckBatch = { floor: this.ackFloor, acked: this.ackBuf, cursors: [...this.cursorsDirty.values()], deliveries: this.deliveryBuf };
     this.ackBuf = [];
+    this.deliveryBuf = [];
     this.cursorsDirty.clear();
     this.ackFloorShipped = this.ackFloor;
     for (const l of this.links.values()) {
       if (l.stale) continue;
       l.ackQueue.push(batch);
-      l.ackQueued += batch.acked.length;
+      l.ackQueued += batch.acked.length + batch.deliveries!.length;
       while (l.ackQueued > REPLICATION_LIMITS.ackQueueOffsetsMax && l.ackQueue.length > 1) {
         const dropped = l.ackQueue.shift()!;
-        l.ackQueued -= dropped.acked.length + (dropped.ranges?.length ?? 0);
+        l.ackQueued -= dropped.acked.length + (dropped.ranges?.length ?? 0) + (dropped.deliveries?.length ?? 0);
         this.log.warn({ follower: l.node, dropped: dropped.acked.length }, "acks for an unreachable follower over their bound were dropped; a failover to it would redeliver those messages");
       }
       void this.sendAcks(l);
@@ -671,7 +681,7 @@ export class ReplicatedLog implements PartitionLog {
       while (l.ackQueue.length > 0 && !l.stale) {
         const take: AckBatch[] = [];
         let n = 0;
-        const size = (b: AckBatch): number => b.acked.length + (b.ranges?.length ?? 0);
+        const size = (b: AckBatch): number => b.acked.length + (b.ranges?.length ?? 0) + (b.deliveries?.length ?? 0);
         while (l.ackQueue.length > 0 && (take.length === 0 || n + size(l.ackQueue[0]!) <= REPLICATION_LIMITS.ackShipOffsetsMax)) {
           const b = l.ackQueue.shift()!;
           take.push(b);
@@ -681,7 +691,7 @@ export class ReplicatedLog implements PartitionLog {
         const cursors = new Map<string, CursorUpdate>();
         for (const b of take) for (const u of b.cursors) cursors.set(u.child, u);
         const floor = Math.max(...take.map((b) => b.floor));
-        const body = JSON.stringify({ floor, acked: take.flatMap((b) => b.acked), ranges: take.flatMap((b) => b.ranges ?? []), cursors: [...cursors.values()] });
+        const body = JSON.stringify({ floor, acked: take.flatMap((b) => b.acked), ranges: take.flatMap((b) => b.ranges ?? []), cursors: [...cursors.values()], deliveries: take.flatMap((b) => b.deliveries ?? []) });
         try {
           const res = await this.c.send(l.node, { method: "POST", path: this.c.path("acks") + `?epoch=${this.c.epoch}`, headers: { "content-type": "application/json" }, body });
           if (res.status !== 200 && res.status !== 204) throw new Error(`answered ${res.status}`);
@@ -732,6 +742,20 @@ class ShippingAcks implements AckLog {
   }
   settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
     return this.inner.settledRanges(rangesMax);
+  }
+  deliveries(offset: number): number {
+    return this.inner.deliveries(offset);
+  }
+  deadLetterAsked(offset: number): boolean {
+    return this.inner.deadLetterAsked(offset);
+  }
+  /** Delivery counts ship with the acks (SPEC "Replicated partitions": consumer state follows the log). */
+  recordDeliveries(offset: number, count: number, deadLetter = false): void {
+    this.inner.recordDeliveries(offset, count, deadLetter);
+    this.leader.noteDeliveries(offset, count, deadLetter);
+  }
+  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
+    this.inner.forEachDelivery(fn);
   }
   close(): Promise<void> {
     return this.inner.close();

@@ -293,7 +293,9 @@ export class Replication {
           const acked = j.acked;
           const cursors = parseCursors(j.cursors ?? []);
           const ranges = parseRanges(j.ranges ?? []);
-          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount) || cursors === undefined || ranges === undefined) {
+          const deliveries = j.deliveries ?? [];
+          const deliveriesOk = Array.isArray(deliveries) && deliveries.every((d) => Array.isArray(d) && d.length === 3 && d.every(isCount));
+          if (!isCount(j.floor) || !Array.isArray(acked) || !acked.every(isCount) || cursors === undefined || ranges === undefined || !deliveriesOk) {
             http.sendJson(res, 400, { error: { code: "bad_request", message: "acks needs floor, acked and cursors" } });
             return;
           }
@@ -301,7 +303,7 @@ export class Replication {
           const f = have === undefined ? undefined : await have.replica.catch(() => undefined);
           if (f === undefined) return notReplica(res, topic, partition);
           try {
-            await f.applyAcks(epoch, j.floor, acked, cursors, ranges);
+            await f.applyAcks(epoch, j.floor, acked, cursors, ranges, deliveries as [number, number, number][]);
           } catch (e) {
             return refuse(res, e);
           }

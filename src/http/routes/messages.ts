@@ -100,6 +100,10 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
       HEADERS.ownerBoot, d.ownerBoot ?? bootId,
     ];
     if (r.key !== null) headers.push(HEADERS.key, encodeURIComponent(r.key.toString("utf8")));
+    const o = d.origin;
+    if (o !== undefined) {
+      headers.push(HEADERS.originTopic, o.topic, HEADERS.originPartition, String(o.partition), HEADERS.originOffset, String(o.offset), HEADERS.originDeliveries, String(o.deliveries), HEADERS.originProducedAt, String(o.produced_at));
+    }
     head(res, 200, headers);
     res.end(r.payload);
   });
@@ -124,7 +128,7 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     const topic = topicParam(p);
     const handle = q.get("receipt_handle");
     if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
-    await ack(topic, handle, settleAction(q.get("extend")), ctx);
+    await ack(topic, handle, settleAction(q.get("extend"), q.get("dead_letter")), ctx);
     sendEmpty(res, 204);
   });
   on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p, _q, ctx) => {
@@ -136,8 +140,11 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     }
     if (handles.length > LIMITS.ackBatchMax) throw new NaradError("batch_too_large", `An ack batch holds at most ${LIMITS.ackBatchMax} handles.`);
     const ext = body.extend;
+    const dl = body.dead_letter;
+    if (dl !== undefined && typeof dl !== "boolean") throw new NaradError("invalid_argument", "dead_letter must be true or false.");
+    if (dl === true && ext !== undefined && ext !== false && ext !== null) throw new NaradError("invalid_argument", "dead_letter: true settles the leases; it takes no extend.");
     const action: SettleAction =
-      ext === undefined || ext === false || ext === null ? "ack" : ext === true || ext === "true" ? "extend" : ext === 0 || ext === "0" ? "nack" : badExtend();
+      dl === true ? "dead_letter" : ext === undefined || ext === false || ext === null ? "ack" : ext === true || ext === "true" ? "extend" : ext === 0 || ext === "0" ? "nack" : badExtend();
     const outcomes = await svc.settle(topic, handles as string[], action, ctx.req);
     sendJson(res, 200, { results: outcomes.map((o, i) => ({ receipt_handle: handles[i] as string, status: outcomeStatus(o) })) });
   });

@@ -7,14 +7,16 @@
 // user is deleted (docs/security.md): a user created later with the same name is another user,
 // who neither owns the topic nor is shown as its owner.
 
-import { allows, canSee } from "../../auth/model.js";
+import { allows, canManage, canSee, type Principal } from "../../auth/model.js";
+import type { Service } from "../../broker/service.js";
+import { redrive } from "../../broker/redrive.js";
 import type { UserStoreApi } from "../../auth/user-store-api.js";
 import type { TopicInfo } from "../../broker/service.js";
 import { NaradError } from "../../protocol/errors.js";
 import { LIMITS, TOPIC_NAME_RE, type TopicJson } from "../../protocol/wire.js";
 import { authorize } from "../authz.js";
 import { readJson } from "../body.js";
-import { asObject, onlyFields, optAcks, optInt, shown, topicParam } from "../params.js";
+import { asObject, onlyFields, optAcks, optDeadLetters, optInt, shown, topicParam } from "../params.js";
 import { sendEmpty, sendJson } from "../respond.js";
 import type { RouteDeps } from "../router.js";
 
@@ -23,6 +25,23 @@ export function topicAnswer(t: TopicInfo, users: UserStoreApi): TopicJson {
   const { owner_id: ownerId, ...json } = t;
   const owned = json.owner !== null && ownerId !== null && users.get(json.owner)?.id === ownerId;
   return { ...json, owner: owned ? json.owner : null };
+}
+
+/**
+ * Naming a dead_letter_topic sends messages into it (the broker's moves, a consumer's
+ * dead_letter=true), so the user who names it must be allowed to produce there: a produce grant on
+ * it, or owning it. A topic that does not exist answers as one without rights would (403) unless
+ * a grant covers the name, so the answer does not tell which names exist.
+ */
+async function mayDeadLetterInto(svc: Service, principal: Principal | null, dlq: unknown): Promise<void> {
+  if (principal === null || typeof dlq !== "string" || allows(principal, "produce", dlq)) return;
+  const ownerId = await svc.getTopic(dlq).then(
+    (t) => t.owner_id,
+    () => null,
+  );
+  if (!canManage(principal, ownerId)) {
+    throw new NaradError("forbidden", `User ${principal.name} may not name ${dlq} as a dead_letter_topic: that needs produce on it (or owning it); ask an admin for a grant.`);
+  }
 }
 
 export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
@@ -35,7 +54,8 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
     if (ctx.principal !== null && !allows(ctx.principal, "create", name)) {
       throw new NaradError("forbidden", `User ${ctx.principal.name} may not create topic ${name}; ask an admin for a create grant.`);
     }
-    onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms", "replication_factor", "acks"]);
+    onlyFields(body, ["name", "partitions", "visibility_timeout_ms", "retention_ms", "replication_factor", "acks", "max_deliveries", "dead_letter_topic"]);
+    await mayDeadLetterInto(svc, ctx.principal, body.dead_letter_topic);
     const replicationFactor = optInt(body, "replication_factor", 1, LIMITS.replicationFactorMax);
     const acks = optAcks(body);
     if (acks === "quorum" && (replicationFactor ?? 1) === 1) {
@@ -49,6 +69,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
         retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
         replication_factor: replicationFactor,
         acks,
+        ...optDeadLetters(body),
       },
       ctx.principal === null ? null : { name: ctx.principal.name, id: ctx.principal.id },
     );
@@ -63,17 +84,37 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
     }),
   );
   on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, topicAnswer(await svc.getTopic(topicParam(p)), users)));
-  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
+  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p, _q, ctx) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
-    onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms", "acks"]);
+    onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms", "acks", "max_deliveries", "dead_letter_topic"]);
+    await mayDeadLetterInto(svc, ctx.principal, body.dead_letter_topic);
     const topic = await svc.updateTopic(name, {
+      ...optDeadLetters(body),
       acks: optAcks(body),
       partitions: optInt(body, "partitions", 1, LIMITS.partitionsMax),
       visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
       retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
     });
     sendJson(res, 200, topicAnswer(topic, users));
+  });
+  // Redrive (src/broker/redrive.ts): consume on the dead-letter topic (this route's Perm), and
+  // produce on each target, checked as a produce route would be.
+  on("POST", "/v1/topics/:topic/redrive", "consume", async (req, res, p, _q, ctx) => {
+    const dlq = topicParam(p);
+    const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
+    onlyFields(body, ["max_messages", "to"]);
+    const maxMessages = optInt(body, "max_messages", 1, LIMITS.redriveMessagesMax) ?? LIMITS.redriveMessagesDefault;
+    const to = body.to;
+    if (to !== undefined && (typeof to !== "string" || !TOPIC_NAME_RE.test(to))) throw new NaradError("invalid_topic_name", `to ${shown(to)} is not a topic name.`);
+    if (to === dlq) throw new NaradError("invalid_argument", "to names the dead-letter topic itself; name the topic to produce its messages to.");
+    const mayProduce = async (topic: string) => {
+      if (ctx.principal !== null) await authorize(svc, "produce", { topic }, ctx.principal);
+      await svc.checkTopic(topic);
+    };
+    await svc.checkTopic(dlq);
+    if (to !== undefined) await mayProduce(to);
+    sendJson(res, 200, await redrive(svc, dlq, { maxMessages, ...(to !== undefined ? { to } : {}), mayProduce }, ctx.req));
   });
   on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
     await svc.deleteTopic(topicParam(p));
