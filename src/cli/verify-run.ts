@@ -201,7 +201,8 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
 
 /** `narad verify calibrate`; returns 0 when every row passes, 1 otherwise. */
 export async function runCalibrateCommand(args: CalibrateCommandArgs, out: Writable): Promise<number> {
-  const { calibrate, formatCalibrationTable, CALIBRATION_CASES } = await import("../verify/workloads/index.js");
+  const { calibrate, formatCalibrationTable, CALIBRATION_CASES, ISSUE14_CALIBRATION_CASES } = await import("../verify/workloads/index.js");
+  const cases = [...CALIBRATION_CASES, ...ISSUE14_CALIBRATION_CASES];
   let durationS: number | undefined;
   let seed: number | undefined;
   try {
@@ -215,13 +216,14 @@ export async function runCalibrateCommand(args: CalibrateCommandArgs, out: Writa
     throw e;
   }
   const outDir = resolve(args.out ?? "narad-calibration");
-  out.write(`narad verify calibrate: ${CALIBRATION_CASES.length} rows, runs in ${outDir}\n`);
+  out.write(`narad verify calibrate: ${cases.length} rows, runs in ${outDir}\n`);
   const progress = progressPrinter(out);
   const sig = abortOnSignals();
   let rows: CalibrationRow[];
   try {
     rows = await calibrate({
       outDir,
+      cases,
       ...(durationS !== undefined ? { durationS } : {}),
       ...(seed !== undefined ? { seed } : {}),
       ...(args.only && args.only.length > 0 ? { only: args.only } : {}),
@@ -252,7 +254,7 @@ export function registerRunCommands(verify: Command): void {
   verify
     .command("run")
     .description("run a workload against real broker processes, record the history, and judge it (exit 0 valid, 1 invalid, 2 unknown)")
-    .requiredOption("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children or failover")
+    .requiredOption("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent or dead-letters")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")
     .option("--nodes <n>", "broker nodes: 1 (default) or a cluster of n on a PostgreSQL control plane")
     .option("--security", "security on: nodes without --dev, workers with credentials (default for a cluster)")

@@ -1,7 +1,7 @@
 // Unit tests of the next wave's workload pieces that need no broker: which messages consumers fail
 // on purpose, how a dead-letter delivery's origin is read, the checks that turn a server or SDK
 // without the features into one line, and the profiles. The workloads against real brokers are in
-// test/verify-issue14.test.ts (skipped until the server branches are merged).
+// test/verify-issue14.test.ts.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
