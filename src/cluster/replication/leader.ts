@@ -524,12 +524,17 @@ export class ReplicatedLog implements PartitionLog {
           await this.waitForWork(l);
           continue;
         }
+        // What the leader holds as the batch is put together: a follower that answers with at
+        // least this much was caught up then (Kafka's rule: up to the leader's end at the time
+        // of the fetch), whatever was appended while the batch was read and sent.
+        const endAtRead = this.inner.endOffset;
+        const readMono = this.c.clock.monoMs();
         const records = await this.recordsFrom(l.next);
         if (records.length === 0) {
           await this.sleep(l, REPLICATION_LIMITS.backoffMinMs);
           continue;
         }
-        await this.sendAppend(l, records);
+        await this.sendAppend(l, records, endAtRead, readMono);
       } catch (e) {
         if (this.closed) return;
         if (l.backoffMs >= REPLICATION_LIMITS.backoffMaxMs / 2 || l.backoffMs === 0) {
@@ -556,10 +561,8 @@ export class ReplicatedLog implements PartitionLog {
     this.recompute();
   }
 
-  private async sendAppend(l: Link, records: ShippedRecord[]): Promise<void> {
+  private async sendAppend(l: Link, records: ShippedRecord[], endAtRead: number, readMono: number): Promise<void> {
     const first = l.next;
-    const sentMono = this.c.clock.monoMs();
-    const endAtSend = this.inner.endOffset;
     const q = `?epoch=${this.c.epoch}&incarnation=${this.c.incarnation}&first=${first}`;
     const res = await this.c.send(l.node, { method: "POST", path: this.c.path("append") + q, headers: { "content-type": "application/octet-stream" }, body: encodeRecords(records) });
     const j = this.answer(l, res);
@@ -571,7 +574,7 @@ export class ReplicatedLog implements PartitionLog {
     l.match = j.end;
     l.next = j.end;
     l.backoffMs = 0;
-    if (j.end >= endAtSend) l.caughtUpMono = sentMono;
+    if (j.end >= endAtRead) l.caughtUpMono = readMono;
     this.trimPending();
     this.recompute();
   }
