@@ -1,0 +1,265 @@
+// One NATS run (`narad verify run --system nats --scenario NAME`): a nats-server of its own, the
+// fault proxy in front of it on the consumer's line only, a publisher on a direct line that
+// records each publish and its PubAck, the consumer under test, the scenario's faults, a drain,
+// and the stream model's verdict on the history (SPEC.md "The stream model").
+//
+// Timeline: the consumer starts, the publisher publishes one message every PUBLISH_INTERVAL_MS
+// (one in flight at a time, so the history's order of oks is the stream's), the faults run on
+// their schedule from the start of publishing, publishing stops AFTER_MS after the last heal, and
+// the drain waits for the consumer to deliver the last acknowledged seq (DRAIN_TIMEOUT_MS, then
+// `stalled`). Each heal's ok carries the proxy counters' change over the fault (the evidence) and
+// the stream's consumer count on the server at that moment (the seed's 5-second deletion, seen
+// from the server).
+
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { startProxy, type Proxy, type ProxyCounters } from "../../proxy/index.js";
+import { StreamHistoryWriter, type StreamConfigValue } from "../../history/stream.js";
+import { checkStream } from "../../checker/stream/index.js";
+import type { StreamReport } from "../../checker/stream/types.js";
+import { formatStreamSummary, renderStreamHtml, renderStreamJson } from "../../report/stream.js";
+import { startNatsServer, type NatsServer } from "./server.js";
+import {
+  clientName,
+  CONNECTION_OPTIONS,
+  isDefiniteRefusal,
+  KV_STREAM,
+  PUBLISH_TIMEOUT_MS,
+  startConsumer,
+  startPublisher,
+  STREAM,
+  type ClientGeneration,
+  type ConsumerApi,
+  type Publisher,
+  type RunningConsumer,
+} from "./clients.js";
+import { AFTER_MS, scenarioFaultsEndMs, type NatsScenario, type ScenarioFault } from "./scenarios.js";
+
+export const PUBLISH_INTERVAL_MS = 20;
+/** How long the drain waits for the consumer to deliver the last acknowledged seq. */
+export const DRAIN_TIMEOUT_MS = 30_000;
+/** How long the consumer may take to start (connect, create its consumer). */
+export const CONSUMER_START_TIMEOUT_MS = 10_000;
+
+export interface NatsRunOptions {
+  gen: ClientGeneration;
+  api: ConsumerApi;
+  scenario: NatsScenario;
+  outDir: string;
+  /** Progress lines for people (the CLI prints them). */
+  onProgress?: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface NatsRunResult {
+  client: string;
+  api: ConsumerApi;
+  scenario: string;
+  report: StreamReport;
+  historyPath: string;
+  reportJsonPath: string;
+  reportHtmlPath: string;
+  summary: string;
+  durationMs: number;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (ms <= 0 || signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+    p.then(
+      (v) => (clearTimeout(t), resolve(v)),
+      (e) => (clearTimeout(t), reject(e)),
+    );
+  });
+}
+
+/** What changed in the proxy's counters over a fault: nonzero entries are its evidence. */
+function stoppedBetween(a: ProxyCounters, b: ProxyCounters): Record<string, number> {
+  return {
+    connections_reset: b.connectionsReset - a.connectionsReset,
+    connections_dropped: b.connectionsDropped - a.connectionsDropped,
+    bytes_delayed_downstream: b.downstream.bytesDelayed - a.downstream.bytesDelayed,
+    bytes_delayed_upstream: b.upstream.bytesDelayed - a.upstream.bytesDelayed,
+  };
+}
+
+function applyFault(proxy: Proxy, f: ScenarioFault): void {
+  if (f.kind === "cut") proxy.setToxic("both", { kind: "reset" });
+  else proxy.setToxic("downstream", { kind: "latency", latencyMs: f.latencyMs });
+}
+
+function removeFault(proxy: Proxy, f: ScenarioFault): void {
+  if (f.kind === "cut") proxy.removeToxic("both", "reset");
+  else proxy.removeToxic("downstream", "latency");
+}
+
+export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult> {
+  const t0 = performance.now();
+  const say = o.onProgress ?? (() => undefined);
+  await mkdir(o.outDir, { recursive: true });
+  const historyPath = join(o.outDir, "history.jsonl");
+  const client = clientName(o.gen);
+  let server: NatsServer | null = null;
+  let proxy: Proxy | null = null;
+  let publisher: Publisher | null = null;
+  let consumer: RunningConsumer | null = null;
+  let w: StreamHistoryWriter | null = null;
+  // Callbacks can still fire while the consumer closes: nothing is recorded after the drain.
+  let recording = true;
+  try {
+    server = await startNatsServer();
+    proxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: server.host, targetPort: server.port });
+    const direct = `${server.host}:${server.port}`;
+    const viaProxy = `${proxy.address.host}:${proxy.address.port}`;
+    say(`nats-server ${server.version} on ${direct} (pid ${server.pid}), the consumer through the proxy on ${viaProxy}`);
+    publisher = await startPublisher(direct, o.api);
+    const config: StreamConfigValue = {
+      model: "stream",
+      stream: o.api === "kv-watch" ? KV_STREAM : STREAM,
+      system: "nats",
+      client,
+      api: o.api,
+      scenario: o.scenario.name,
+      prediction: o.scenario.prediction,
+      server_version: server.version,
+      boot: server.serverId,
+      connection_options: CONNECTION_OPTIONS,
+      publish_interval_ms: PUBLISH_INTERVAL_MS,
+      publish_timeout_ms: PUBLISH_TIMEOUT_MS,
+      drain_timeout_ms: DRAIN_TIMEOUT_MS,
+    };
+    const writer = (w = StreamHistoryWriter.open(historyPath, config));
+    let highest = 0;
+    let waiter: { until: number; resolve: () => void } | null = null;
+    consumer = await withTimeout(
+      startConsumer(o.gen, o.api, viaProxy, {
+        onDeliver(d) {
+          if (!recording) return;
+          writer.deliver("c0", /^(0|[1-9][0-9]{0,14})$/.test(d.msg) ? Number(d.msg) : d.msg, d.seq);
+          if (d.seq > highest) highest = d.seq;
+          if (waiter !== null && highest >= waiter.until) waiter.resolve();
+        },
+        onEvent(event, detail) {
+          if (recording) writer.clientEvent("c0", event, detail);
+        },
+      }),
+      CONSUMER_START_TIMEOUT_MS,
+      `starting the ${o.api} consumer`,
+    );
+
+    // The publisher: one publish in flight, one every PUBLISH_INTERVAL_MS.
+    let publishing = true;
+    let lastAcked = 0;
+    let next = 0;
+    const pub = publisher;
+    const publishLoop = (async () => {
+      let tick = performance.now();
+      while (publishing && !o.signal?.aborted) {
+        const msg = ++next;
+        writer.invoke("p0", "publish", { stream: config.stream, msg });
+        try {
+          const seq = await pub.publish(String(msg));
+          writer.complete("p0", "ok", { seq });
+          if (seq > lastAcked) lastAcked = seq;
+        } catch (e) {
+          writer.complete("p0", isDefiniteRefusal(e) ? "fail" : "info", { error: (e as Error).message });
+        }
+        tick += PUBLISH_INTERVAL_MS;
+        await sleep(tick - performance.now());
+      }
+    })();
+
+    // The faults, on their schedule from the start of publishing.
+    const start = performance.now();
+    const at = (ms: number) => sleep(start + ms - performance.now(), o.signal);
+    const events = o.scenario.faults.flatMap((f) => [
+      { ms: f.atMs, f, begin: true },
+      { ms: f.atMs + f.durationMs, f, begin: false },
+    ]);
+    events.sort((a, b) => a.ms - b.ms || (a.begin ? 1 : -1));
+    let before: ProxyCounters | null = null;
+    for (const ev of events) {
+      await at(ev.ms);
+      if (o.signal?.aborted) break;
+      const value = ev.f.kind === "cut" ? { kind: "cut", mode: ev.f.mode } : { kind: "latency", direction: "downstream", latency_ms: ev.f.latencyMs };
+      if (ev.begin) {
+        writer.invoke("nemesis", "fault", value);
+        before = proxy.counters();
+        applyFault(proxy, ev.f);
+        writer.complete("nemesis", "ok", value);
+        say(`${((performance.now() - start) / 1000).toFixed(2)} s  ${ev.f.kind} begins`);
+      } else {
+        writer.invoke("nemesis", "fault", { kind: "heal" });
+        removeFault(proxy, ev.f);
+        const stopped = stoppedBetween(before!, proxy.counters());
+        let serverConsumers: number | string;
+        try {
+          serverConsumers = await publisher.consumerCount();
+        } catch (e) {
+          serverConsumers = (e as Error).message;
+        }
+        writer.complete("nemesis", "ok", { kind: "heal", stopped, server_consumers: serverConsumers });
+        say(`${((performance.now() - start) / 1000).toFixed(2)} s  heal (server consumers ${serverConsumers})`);
+      }
+    }
+    await at(scenarioFaultsEndMs(o.scenario) + AFTER_MS);
+    publishing = false;
+    await publishLoop;
+
+    // The drain: the consumer must reach the last acknowledged seq by itself.
+    writer.invoke("c0", "drain", { until_seq: lastAcked });
+    say(`drain until seq ${lastAcked} (the consumer is at ${highest})`);
+    if (highest < lastAcked) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, DRAIN_TIMEOUT_MS);
+        waiter = {
+          until: lastAcked,
+          resolve: () => {
+            clearTimeout(t);
+            resolve();
+          },
+        };
+        o.signal?.addEventListener("abort", () => waiter?.resolve(), { once: true });
+      });
+    }
+    writer.complete("c0", highest >= lastAcked ? "ok" : "info", { seq: highest });
+    for (const e of consumer.finalEvents()) writer.clientEvent("c0", e.event, e.detail);
+    recording = false;
+  } finally {
+    recording = false;
+    await consumer?.stop().catch(() => undefined);
+    await publisher?.close().catch(() => undefined);
+    await w?.close().catch(() => undefined);
+    await proxy?.close().catch(() => undefined);
+    await server?.stop().catch(() => undefined);
+  }
+  const report = await checkStream(historyPath);
+  const reportJsonPath = join(o.outDir, "report.json");
+  const reportHtmlPath = join(o.outDir, "report.html");
+  await writeFile(reportJsonPath, renderStreamJson(report));
+  await writeFile(reportHtmlPath, renderStreamHtml(report));
+  return {
+    client,
+    api: o.api,
+    scenario: o.scenario.name,
+    report,
+    historyPath,
+    reportJsonPath,
+    reportHtmlPath,
+    summary: formatStreamSummary(report, { jsonPath: reportJsonPath, htmlPath: reportHtmlPath }),
+    durationMs: performance.now() - t0,
+  };
+}
