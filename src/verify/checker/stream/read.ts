@@ -136,6 +136,44 @@ function eq(b: Buffer, at: number, text: string): boolean {
   return true;
 }
 
+/** The number the last uintAt read (a scalar out-parameter: no allocation per field). */
+let scratchNum = 0;
+
+/** Past the literal `l` at p, or −1. */
+function litAt(b: Buffer, p: number, end: number, l: Uint8Array): number {
+  if (p + l.length > end) return -1;
+  for (let i = 0; i < l.length; i++) if (b[p + i] !== l[i]) return -1;
+  return p + l.length;
+}
+
+/** A JSON nonnegative integer without sign, fraction or exponent at p: past it (value in scratchNum), or −1. */
+function uintAt(b: Buffer, p: number, end: number): number {
+  const s = p;
+  let v = 0;
+  while (p < end) {
+    const c = b[p]!;
+    if (c < 0x30 || c > 0x39) break;
+    v = v * 10 + (c - 0x30);
+    p++;
+  }
+  const n = p - s;
+  if (n === 0 || n > 15 || (n > 1 && b[s] === 0x30)) return -1;
+  const c = b[p];
+  if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
+  scratchNum = v;
+  return p;
+}
+
+/** The closing quote of a string starting at p if it has no escape and only printable ASCII; −1 otherwise. */
+function strEndAt(b: Buffer, p: number, end: number): number {
+  for (; p < end; p++) {
+    const c = b[p]!;
+    if (c === Q) return p;
+    if (c === BS || c >= 0x80 || c < 0x20) return -1;
+  }
+  return -1;
+}
+
 const CANONICAL_INT = /^(0|[1-9][0-9]{0,14})$/;
 
 /** Numeric message ids below this are looked up in a flat column, the rest in a map. */
@@ -184,10 +222,6 @@ export class StreamCollector implements LineSink {
   private lastNs = 0;
   private slowLines = 0;
 
-  // Scratch of the line being scanned.
-  private b: Buffer = Buffer.alloc(0);
-  private p = 0;
-  private end = 0;
 
   push(chunk: Buffer | string): void {
     this.splitter.push(typeof chunk === "string" ? Buffer.from(chunk, "utf8") : chunk);
@@ -238,80 +272,42 @@ export class StreamCollector implements LineSink {
 
   // ---- the fast path ----
 
-  private lit(l: Uint8Array): boolean {
-    const b = this.b;
-    let p = this.p;
-    if (p + l.length > this.end) return false;
-    for (let i = 0; i < l.length; i++) if (b[p++] !== l[i]) return false;
-    this.p = p;
-    return true;
-  }
-
-  /** A JSON nonnegative integer without sign, fraction or exponent; −1 if not one. */
-  private uint(): number {
-    const b = this.b;
-    let p = this.p;
-    const s = p;
-    let v = 0;
-    while (p < this.end) {
-      const c = b[p]!;
-      if (c < 0x30 || c > 0x39) break;
-      v = v * 10 + (c - 0x30);
-      p++;
-    }
-    const n = p - s;
-    if (n === 0 || n > 15 || (n > 1 && b[s] === 0x30)) return -1;
-    const c = b[p];
-    if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
-    this.p = p;
-    return v;
-  }
-
-  /** A string's end (the closing quote) if it has no escape and only ASCII; −1 otherwise. */
-  private strEnd(): number {
-    const b = this.b;
-    for (let p = this.p; p < this.end; p++) {
-      const c = b[p]!;
-      if (c === Q) return p;
-      if (c === BS || c >= 0x80 || c < 0x20) return -1;
-    }
-    return -1;
-  }
-
   private fast(b: Buffer, start: number, end: number): boolean {
-    this.b = b;
-    this.p = start;
-    this.end = end;
-    if (!this.lit(L_INDEX)) return false;
-    const index = this.uint();
-    if (index <= 0 || !this.lit(L_TIME)) return false;
-    const timeNs = this.uint();
-    if (timeNs < 0 || !this.lit(L_PROCESS)) return false;
-    const pe = this.strEnd();
-    if (pe <= this.p) return false;
-    const procStart = this.p;
-    this.p = pe;
-    if (!this.lit(L_TYPE)) return false;
-    // type and f, by their first bytes and lengths
-    const te = this.strEnd();
+    let p = litAt(b, start, end, L_INDEX);
+    if (p < 0) return false;
+    p = uintAt(b, p, end);
+    const index = scratchNum;
+    if (p < 0 || index <= 0) return false;
+    p = litAt(b, p, end, L_TIME);
+    if (p < 0) return false;
+    p = uintAt(b, p, end);
+    const timeNs = scratchNum;
+    if (p < 0) return false;
+    p = litAt(b, p, end, L_PROCESS);
+    if (p < 0) return false;
+    const procStart = p;
+    const pe = strEndAt(b, p, end);
+    if (pe <= p) return false;
+    p = litAt(b, pe, end, L_TYPE);
+    if (p < 0) return false;
+    // type and f
+    let te = strEndAt(b, p, end);
     if (te < 0) return false;
-    const tLen = te - this.p;
     let type: number; // 0 invoke, 1 ok
-    if (tLen === 6 && eq(b, this.p, "invoke")) type = 0;
-    else if (tLen === 2 && eq(b, this.p, "ok")) type = 1;
+    if (te - p === 6 && eq(b, p, "invoke")) type = 0;
+    else if (te - p === 2 && eq(b, p, "ok")) type = 1;
     else return false;
-    this.p = te;
-    if (!this.lit(L_F)) return false;
-    const fe = this.strEnd();
-    if (fe < 0) return false;
-    const fLen = fe - this.p;
+    p = litAt(b, te, end, L_F);
+    if (p < 0) return false;
+    te = strEndAt(b, p, end);
+    if (te - p !== 7) return false;
     let f: number; // 0 publish, 1 deliver
-    if (fLen === 7 && eq(b, this.p, "publish")) f = 0;
-    else if (fLen === 7 && eq(b, this.p, "deliver")) f = 1;
+    if (eq(b, p, "publish")) f = 0;
+    else if (eq(b, p, "deliver")) f = 1;
     else return false;
     if (f === 1 && type !== 1) return false;
-    this.p = fe;
-    if (!this.lit(L_VALUE)) return false;
+    p = litAt(b, te, end, L_VALUE);
+    if (p < 0) return false;
     // The value: "stream":"S","msg":M for a publish invoke; "seq":N for its ok; "msg":M,"seq":N for a delivery.
     let msgNum = -1;
     let msgStr: string | null = null;
@@ -319,49 +315,49 @@ export class StreamCollector implements LineSink {
     let haveStream = false;
     let haveMsg = false;
     for (let first = true; ; first = false) {
-      if (this.p < end && b[this.p] === RBRACE) {
+      if (p < end && b[p] === RBRACE) {
         if (first) return false;
-        this.p++;
+        p++;
         break;
       }
       if (!first) {
-        if (b[this.p] !== COMMA) return false;
-        this.p++;
+        if (b[p] !== COMMA) return false;
+        p++;
       }
-      if (b[this.p] !== Q) return false;
-      this.p++;
-      const ke = this.strEnd();
+      if (b[p] !== Q) return false;
+      p++;
+      const ke = strEndAt(b, p, end);
       if (ke < 0 || b[ke + 1] !== COLON) return false;
-      const kLen = ke - this.p;
-      const k = this.p;
-      this.p = ke + 2;
+      const kLen = ke - p;
+      const k = p;
+      p = ke + 2;
       if (kLen === 3 && eq(b, k, "msg")) {
         if (haveMsg) return false;
         haveMsg = true;
-        if (b[this.p] === Q) {
-          this.p++;
-          const se = this.strEnd();
-          if (se <= this.p) return false;
-          msgStr = b.toString("latin1", this.p, se);
-          this.p = se + 1;
+        if (b[p] === Q) {
+          const se = strEndAt(b, p + 1, end);
+          if (se <= p + 1) return false;
+          msgStr = b.toString("latin1", p + 1, se);
+          p = se + 1;
         } else {
-          msgNum = this.uint();
-          if (msgNum < 0) return false;
+          p = uintAt(b, p, end);
+          if (p < 0) return false;
+          msgNum = scratchNum;
         }
       } else if (kLen === 3 && eq(b, k, "seq")) {
         if (seq >= 0) return false;
-        seq = this.uint();
-        if (seq < 1) return false;
+        p = uintAt(b, p, end);
+        if (p < 0 || scratchNum < 1) return false;
+        seq = scratchNum;
       } else if (kLen === 6 && eq(b, k, "stream")) {
-        if (haveStream || b[this.p] !== Q) return false;
-        this.p++;
-        const se = this.strEnd();
-        if (se <= this.p) return false;
-        this.p = se + 1;
+        if (haveStream || b[p] !== Q) return false;
+        const se = strEndAt(b, p + 1, end);
+        if (se <= p + 1) return false;
+        p = se + 1;
         haveStream = true;
       } else return false;
     }
-    if (this.p !== end - 1 || b[this.p] !== RBRACE) return false;
+    if (p !== end - 1 || b[p] !== RBRACE) return false;
     // The shape each of the three lines must have; anything else is the validator's to name.
     if (f === 0 && type === 0 && !(haveStream && haveMsg && seq < 0)) return false;
     if (f === 0 && type === 1 && !(seq >= 1 && !haveMsg && !haveStream)) return false;

@@ -76,6 +76,21 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** How long a reset of a storm waits for the consumer to be connected again. */
+export const RECONNECT_WAIT_MS = 5_000;
+/** How often a condition wait looks again. */
+const CONDITION_POLL_MS = 20;
+
+/** Waits until `cond()` holds (true) or the deadline passes (false). */
+async function waitFor(cond: () => boolean, deadlineMs: number, signal?: AbortSignal): Promise<boolean> {
+  const until = performance.now() + deadlineMs;
+  while (!cond()) {
+    if (performance.now() >= until || signal?.aborted) return false;
+    await sleep(CONDITION_POLL_MS, signal);
+  }
+  return true;
+}
+
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
@@ -182,40 +197,41 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
       }
     })();
 
-    // The faults, on their schedule from the start of publishing.
+    // The faults, one after another, on their schedule from the start of publishing (a fault
+    // that must find the consumer connected waits for it, and the rest of the schedule with it).
     const start = performance.now();
     const at = (ms: number) => sleep(start + ms - performance.now(), o.signal);
-    const events = o.scenario.faults.flatMap((f) => [
-      { ms: f.atMs, f, begin: true },
-      { ms: f.atMs + f.durationMs, f, begin: false },
-    ]);
-    events.sort((a, b) => a.ms - b.ms || (a.begin ? 1 : -1));
-    let before: ProxyCounters | null = null;
-    for (const ev of events) {
-      await at(ev.ms);
+    const elapsed = () => `${((performance.now() - start) / 1000).toFixed(2)} s`;
+    let lateMs = 0;
+    for (const f of o.scenario.faults) {
+      await at(f.atMs + lateMs);
       if (o.signal?.aborted) break;
-      const value = ev.f.kind === "cut" ? { kind: "cut", mode: ev.f.mode } : { kind: "latency", direction: "downstream", latency_ms: ev.f.latencyMs };
-      if (ev.begin) {
-        writer.invoke("nemesis", "fault", value);
-        before = proxy.counters();
-        applyFault(proxy, ev.f);
-        writer.complete("nemesis", "ok", value);
-        say(`${((performance.now() - start) / 1000).toFixed(2)} s  ${ev.f.kind} begins`);
-      } else {
-        writer.invoke("nemesis", "fault", { kind: "heal" });
-        removeFault(proxy, ev.f);
-        const stopped = stoppedBetween(before!, proxy.counters());
-        let serverConsumers: number | string;
-        try {
-          serverConsumers = await publisher.consumerCount();
-        } catch (e) {
-          serverConsumers = (e as Error).message;
-        }
-        writer.complete("nemesis", "ok", { kind: "heal", stopped, server_consumers: serverConsumers });
-        say(`${((performance.now() - start) / 1000).toFixed(2)} s  heal (server consumers ${serverConsumers})`);
+      if (f.kind === "cut" && f.whenConnected) {
+        const waitStart = performance.now();
+        const connected = await waitFor(() => proxy!.counters().connectionsActive > 0, RECONNECT_WAIT_MS, o.signal);
+        lateMs += performance.now() - waitStart;
+        if (!connected) say(`${elapsed()}  the consumer is still not connected after ${RECONNECT_WAIT_MS} ms: this reset will find nothing to reset`);
       }
+      const value = f.kind === "cut" ? { kind: "cut", mode: f.mode } : { kind: "latency", direction: "downstream", latency_ms: f.latencyMs };
+      writer.invoke("nemesis", "fault", value);
+      const before = proxy.counters();
+      applyFault(proxy, f);
+      writer.complete("nemesis", "ok", value);
+      say(`${elapsed()}  ${f.kind} begins`);
+      await sleep(f.durationMs, o.signal);
+      writer.invoke("nemesis", "fault", { kind: "heal" });
+      removeFault(proxy, f);
+      const stopped = stoppedBetween(before, proxy.counters());
+      let serverConsumers: number | string;
+      try {
+        serverConsumers = await publisher.consumerCount();
+      } catch (e) {
+        serverConsumers = (e as Error).message;
+      }
+      writer.complete("nemesis", "ok", { kind: "heal", stopped, server_consumers: serverConsumers });
+      say(`${elapsed()}  heal (server consumers ${serverConsumers})`);
     }
-    await at(scenarioFaultsEndMs(o.scenario) + AFTER_MS);
+    await at(scenarioFaultsEndMs(o.scenario) + lateMs + AFTER_MS);
     publishing = false;
     await publishLoop;
 

@@ -9,11 +9,13 @@
 //                       connection drop and its reconnects fail; the server sees the client go,
 //                       so the consumer loses interest at once (toxiproxy's disabled proxy, the
 //                       seed's cut).
-//   latency             every byte from the server to the client delayed by `latencyMs`.
+//   latency             every byte from the server to the client delayed by `latencyMs`. Bytes
+//                       already in the proxy when the toxic goes keep their due time (as bytes in
+//                       flight on a slow path would), so the heal does not end their delay.
 
 /** A fault of a scenario, at `atMs` after the warm-up began, for `durationMs`. */
 export type ScenarioFault =
-  | { kind: "cut"; mode: "reset"; atMs: number; durationMs: number }
+  | { kind: "cut"; mode: "reset"; atMs: number; durationMs: number; whenConnected?: boolean }
   | { kind: "latency"; latencyMs: number; atMs: number; durationMs: number };
 
 export interface NatsScenario {
@@ -48,9 +50,9 @@ export const NATS_SCENARIOS: readonly NatsScenario[] = [
   },
   {
     name: "reset-storm",
-    description: "six resets of the consumer's line, 1.5 s apart, each refusing it for 0.1 s",
+    description: "six resets of the consumer's line, 1.5 s apart, each refusing it for 0.1 s; each waits until the consumer is connected again, so that every reset finds a connection to reset",
     prediction: "the consumer reconnects after each reset and delivery resumes within 3 s of each heal; nothing lost, skipped or duplicated",
-    faults: Array.from({ length: 6 }, (_, i) => ({ kind: "cut" as const, mode: "reset" as const, atMs: WARMUP_MS + i * 1500, durationMs: 100 })),
+    faults: Array.from({ length: 6 }, (_, i) => ({ kind: "cut" as const, mode: "reset" as const, atMs: WARMUP_MS + i * 1500, durationMs: 100, whenConnected: true })),
   },
 ];
 
