@@ -3,14 +3,8 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { Writable } from "node:stream";
-import { checkStreamText, historyModel } from "./index.js";
+import { checkStreamText } from "./index.js";
 import { HistoryFormatError } from "../../history/validate.js";
-import { StreamHistoryWriter } from "../../history/stream.js";
-import { runCheckCommand } from "../../report/command.js";
 import { generateStreamHistory } from "./generate.js";
 
 const MS = 1_000_000;
@@ -266,46 +260,6 @@ test("malformed stream histories name the line and the rule", () => {
   bad(cfg + '{"index":2,"time_ns":1,"process":"c0","type":"ok","f":"deliver","value":{"msg":1,"seq":1}}\n', /line 2: index is 2, expected 1/);
   bad(cfg + '{"index":1,"time_ns":1,"process":"p0","type":"invoke","f":"publish","value":{"stream":"S","msg":1}}\n{"index":2,"time_ns":0,"process":"p0","type":"ok","f":"publish","value":{"seq":1}}\n', /line 3: time_ns 0 goes back/);
   bad(cfg.replace('"api":"a"', '"api":""'), /line 1: config: api must be a nonempty string/);
-});
-
-test("the recorder writes what the checker reads; narad verify check sends a stream history to the stream model", async () => {
-  const dir = await mkdtemp(join(tmpdir(), "narad-stream-"));
-  try {
-    const path = join(dir, "h.jsonl");
-    let t = 0n;
-    const clock = { nowNs: () => Number((t += 1_000_000n)) };
-    const chunks: string[] = [];
-    const sink = new Writable({
-      write(c, _e, cb) {
-        chunks.push(String(c));
-        cb();
-      },
-    });
-    const w = new StreamHistoryWriter(sink, { model: "stream", stream: "S", system: "t", client: "c@1", api: "ordered", prediction: "no silence" }, { clock });
-    w.invoke("p0", "publish", { stream: "S", msg: 1 });
-    w.complete("p0", "ok", { seq: 1 });
-    w.clientEvent("c0", "reconnect");
-    w.deliver("c0", 1, 1);
-    w.invoke("c0", "drain", { until_seq: 1 });
-    w.complete("c0", "ok", { seq: 1 });
-    await w.close();
-    await writeFile(path, chunks.join(""));
-    assert.equal(await historyModel(path), "stream");
-    let printed = "";
-    const out = new Writable({
-      write(c, _e, cb) {
-        printed += String(c);
-        cb();
-      },
-    });
-    const code = await runCheckCommand({ history: path, json: join(dir, "r.json"), html: join(dir, "r.html") }, out);
-    assert.equal(code, 0, printed);
-    assert.match(printed, /VALID — every acknowledged publish \(1\) delivered once, in stream order/);
-    assert.match(printed, /client       reconnect ×1/);
-    assert.match(printed, /prediction   no silence/);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
 });
 
 test("a generated 9 000-line history of a correct run is valid, nearly every line on the fast path", () => {
