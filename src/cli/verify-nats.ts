@@ -10,6 +10,7 @@ export interface NatsRunArgs {
   scenario?: string;
   client?: string;
   api?: string;
+  linger?: string;
   out: string;
 }
 
@@ -55,7 +56,9 @@ export async function runNatsCommand(args: NatsRunArgs, out: Writable): Promise<
   out.write(`prediction: ${scenario.prediction}\n`);
   const sig = abortOnSignals();
   try {
-    const r = await m.runNatsScenario({ gen, api, scenario, outDir: resolve(args.out), signal: sig.signal, onProgress: (l) => out.write(`  ${l}\n`) });
+    const lingerS = args.linger === undefined ? 0 : Number(args.linger);
+    if (!Number.isFinite(lingerS) || lingerS < 0) return usage(`--linger must be a number of seconds ≥ 0, not ${JSON.stringify(args.linger)}`);
+    const r = await m.runNatsScenario({ gen, api, scenario, outDir: resolve(args.out), signal: sig.signal, lingerMs: lingerS * 1000, onProgress: (l) => out.write(`  ${l}\n`) });
     out.write(r.summary);
     out.write(`history: ${r.historyPath}\n`);
     return r.report.verdict === "valid" ? 0 : r.report.verdict === "invalid" ? 1 : 2;

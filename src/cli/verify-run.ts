@@ -254,6 +254,7 @@ export function registerRunCommands(verify: Command): void {
     .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25 or reset-storm")
     .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default) or nats3 (@nats-io/jetstream@3.x)")
     .option("--api <name>", "with --system nats: push-ordered (nats2), ordered (default), pull or kv-watch")
+    .option("--linger <s>", "with --system nats: after the drain, keep recording late deliveries this many seconds")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")
     .option("--nodes <n>", "broker nodes: 1 (default) or a cluster of n on a PostgreSQL control plane")
     .option("--security", "security on: nodes without --dev, workers with credentials (default for a cluster)")
@@ -268,7 +269,7 @@ export function registerRunCommands(verify: Command): void {
     .option("--rate <r>", "produces per second over all producers")
     .option("--keep", "keep the nodes' data directories")
     .option("--bug <name>", "TEST ONLY: turn on a seeded broker bug (repeatable)", collect)
-    .action(async (opts: RunCommandArgs & { system?: string; scenario?: string; client?: string; api?: string }) => {
+    .action(async (opts: RunCommandArgs & { system?: string; scenario?: string; client?: string; api?: string; linger?: string }) => {
       if (opts.system !== undefined && opts.system !== "narad") {
         const { runNatsCommand } = await import("./verify-nats.js");
         process.exitCode = await runNatsCommand({ ...opts, system: opts.system }, process.stdout);

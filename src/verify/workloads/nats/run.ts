@@ -36,8 +36,9 @@ import {
 import { AFTER_MS, scenarioFaultsEndMs, type NatsScenario, type ScenarioFault } from "./scenarios.js";
 
 export const PUBLISH_INTERVAL_MS = 20;
-/** How long the drain waits for the consumer to deliver the last acknowledged seq. */
-export const DRAIN_TIMEOUT_MS = 30_000;
+/** How long the drain waits for the consumer to deliver the last acknowledged seq: past 2 × 15 s, the
+ * 3.x pull consumers' heartbeat alarm, so that a consumer that recovers by that alarm is slow (lag), not stalled. */
+export const DRAIN_TIMEOUT_MS = 45_000;
 /** How long the consumer may take to start (connect, create its consumer). */
 export const CONSUMER_START_TIMEOUT_MS = 10_000;
 
@@ -49,6 +50,11 @@ export interface NatsRunOptions {
   /** Progress lines for people (the CLI prints them). */
   onProgress?: (line: string) => void;
   signal?: AbortSignal;
+  /**
+   * After the drain, keep recording deliveries this long (default 0): what a consumer delivers
+   * late (a redelivery after an ack wait) is then in the history too, and judged.
+   */
+  lingerMs?: number;
 }
 
 export interface NatsRunResult {
@@ -252,6 +258,10 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
       });
     }
     writer.complete("c0", highest >= lastAcked ? "ok" : "info", { seq: highest });
+    if ((o.lingerMs ?? 0) > 0) {
+      say(`lingering ${o.lingerMs} ms for late deliveries`);
+      await sleep(o.lingerMs!, o.signal);
+    }
     for (const e of consumer.finalEvents()) writer.clientEvent("c0", e.event, e.detail);
     recording = false;
   } finally {
