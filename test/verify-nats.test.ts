@@ -14,6 +14,7 @@ import { findNatsServer, NATS_INSTALL_HINT } from "../src/verify/workloads/nats/
 import { clientMajor, matrixCells, parseExpectations, runMatrix } from "../src/verify/workloads/nats/matrix.js";
 import { clientName } from "../src/verify/workloads/nats/clients.js";
 import { checkStream } from "../src/verify/checker/stream/index.js";
+import { runNarad } from "./harness.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const DOC = join(ROOT, "docs/verification-clients.md");
@@ -36,6 +37,24 @@ test("the expected table has exactly one row per matrix cell, each naming an ins
     for (const v of e.verdict.split(" or ")) assert.ok(["valid", "invalid", "unknown"].includes(v), `${e.client} ${e.api} ${e.scenario}: verdict ${e.verdict}`);
   }
   for (const term of SHORT_FORM) assert.equal(matrixCells([term]).length, 1, term);
+});
+
+test("narad verify run --system and narad verify matrix refuse what they do not know in one line", async () => {
+  const a = await runNarad(["verify", "run", "--system", "nats", "--scenario", "nope", "--out", tmpdir()]);
+  assert.equal(a.code, 2);
+  assert.match(a.stderr, /^narad: --scenario is one of cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm\n$/);
+  const b = await runNarad(["verify", "run", "--system", "kafka", "--scenario", "cut-3", "--out", tmpdir()]);
+  assert.equal(b.code, 2);
+  assert.match(b.stderr, /^narad: unknown system "kafka"/);
+  const c = await runNarad(["verify", "run", "--system", "nats", "--scenario", "cut-3", "--client", "nats3", "--api", "push-ordered", "--out", tmpdir()]);
+  assert.equal(c.code, 2);
+  assert.match(c.stderr, /^narad: --api for nats3 is one of ordered, pull, kv-watch\n$/);
+  const d = await runNarad(["verify", "run", "--out", tmpdir()]);
+  assert.equal(d.code, 2);
+  assert.match(d.stderr, /--workload is required \(or --system nats with --scenario\)/);
+  const e = await runNarad(["verify", "matrix", "--system", "redis"]);
+  assert.equal(e.code, 2);
+  assert.match(e.stderr, /^narad: unknown system "redis"; the matrix runs --system nats\n$/);
 });
 
 const natsServer = findNatsServer();

@@ -253,7 +253,7 @@ export function registerRunCommands(verify: Command): void {
     .option("--system <name>", "another broker under the stream model instead of Narad: nats (docs/verification-clients.md)")
     .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25 or reset-storm")
     .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default) or nats3 (@nats-io/jetstream@3.x)")
-    .option("--api <name>", "with --system nats: push-ordered (nats2), ordered (default), pull or kv-watch")
+    .option("--api <name>", "with --system nats: push-ordered (nats2), ordered (default), pull, fetch or kv-watch")
     .option("--linger <s>", "with --system nats: after the drain, keep recording late deliveries this many seconds")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")
     .option("--nodes <n>", "broker nodes: 1 (default) or a cluster of n on a PostgreSQL control plane")

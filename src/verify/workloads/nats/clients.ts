@@ -5,6 +5,9 @@
 //                 ordered consumer that nats.go's KV watchers also use.
 //   ordered       js.consumers.get(stream) with no name: the pull-based ordered consumer, consume().
 //   pull          a durable pull consumer with explicit acks, consume(), each message acked.
+//   fetch         the same durable consumer read by a loop of fetch() calls (the library's
+//                 defaults: up to 100 messages, 30 s expiry), each message acked; a fetch that
+//                 ends in an error is reported and the loop fetches again.
 //   kv-watch      a KV bucket's watch() over every key (a push ordered consumer in both generations).
 //
 // Each adapter uses the library's defaults but for one option, maxReconnectAttempts: -1 (the
@@ -22,10 +25,10 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
 export type ClientGeneration = "nats2" | "nats3";
-export type ConsumerApi = "push-ordered" | "ordered" | "pull" | "kv-watch";
+export type ConsumerApi = "push-ordered" | "ordered" | "pull" | "fetch" | "kv-watch";
 export const CONSUMER_APIS: Record<ClientGeneration, readonly ConsumerApi[]> = {
-  nats2: ["push-ordered", "ordered", "pull", "kv-watch"],
-  nats3: ["ordered", "pull", "kv-watch"],
+  nats2: ["push-ordered", "ordered", "pull", "fetch", "kv-watch"],
+  nats3: ["ordered", "pull", "fetch", "kv-watch"],
 };
 export const CLIENT_GENERATIONS: readonly ClientGeneration[] = ["nats2", "nats3"];
 
@@ -35,6 +38,8 @@ export const SUBJECT_PREFIX = "narad.";
 export const BUCKET = "narad";
 export const KV_STREAM = `KV_${BUCKET}`;
 export const PULL_DURABLE = "narad-pull";
+/** The fetch loop's pause after a fetch that failed. */
+export const FETCH_RETRY_MS = 250;
 
 /** The only option changed from the library's defaults, for every connection of a run. */
 export const CONNECTION_OPTIONS = { maxReconnectAttempts: -1 } as const;
@@ -97,7 +102,9 @@ interface Connection {
   jetstream(): Js2;
   jetstreamManager(): Promise<Jsm>;
 }
+type Messages = Iter<Msg> & { status(): AsyncIterable<StatusEvent> | Promise<AsyncIterable<StatusEvent>> };
 interface Consumer {
+  fetch(opts?: Record<string, unknown>): Promise<Messages>;
   consume(opts?: Record<string, unknown>): Promise<Iter<Msg> & { status(): AsyncIterable<StatusEvent> | Promise<AsyncIterable<StatusEvent>> }>;
 }
 interface Consumers {
@@ -236,6 +243,33 @@ export async function startConsumer(gen: ClientGeneration, api: ConsumerApi, ser
       stops.push(() => iter.stop());
       break;
     }
+    case "fetch": {
+      const c = await consumers.get(STREAM, PULL_DURABLE);
+      let running = true;
+      let current: Messages | null = null;
+      void (async () => {
+        while (running) {
+          try {
+            current = await c.fetch();
+            watchConsumerStatus(current.status(), cb);
+            for await (const m of current) {
+              deliver(m);
+              m.ack();
+            }
+          } catch (e) {
+            if (!running) break;
+            cb.onEvent("error", (e as Error).message);
+            // An application's retry loop paces itself; a disconnected client refuses at once.
+            await new Promise((r) => setTimeout(r, FETCH_RETRY_MS));
+          }
+        }
+      })();
+      stops.push(() => {
+        running = false;
+        current?.stop();
+      });
+      break;
+    }
     case "kv-watch": {
       const kv = gen === "nats2" ? await nc.jetstream().views.kv(BUCKET) : await new (mod as Nats3Modules).Kvm(nc).open(BUCKET);
       const w = await kv.watch({ key: ">" });
@@ -294,7 +328,7 @@ export async function startPublisher(servers: string, api: ConsumerApi): Promise
     };
   }
   await jsm.streams.add({ name: STREAM, subjects: [`${SUBJECT_PREFIX}>`], storage: "file" });
-  if (api === "pull") await jsm.consumers.add(STREAM, { durable_name: PULL_DURABLE, ack_policy: m.AckPolicy.Explicit });
+  if (api === "pull" || api === "fetch") await jsm.consumers.add(STREAM, { durable_name: PULL_DURABLE, ack_policy: m.AckPolicy.Explicit });
   return {
     publish: async (msg) => (await js.publish(`${SUBJECT_PREFIX}m`, encoder.encode(msg), { timeout: PUBLISH_TIMEOUT_MS })).seq,
     consumerCount: async () => (await jsm.streams.info(STREAM)).state.consumer_count,
