@@ -82,6 +82,8 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** How often the server's consumer count is read while a fault lasts (faults shorter than this: not read). */
+export const CONSUMER_COUNT_EVERY_MS = 500;
 /** How long a reset of a storm waits for the consumer to be connected again. */
 export const RECONNECT_WAIT_MS = 5_000;
 /** How often a condition wait looks again. */
@@ -224,7 +226,24 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
       applyFault(proxy, f);
       writer.complete("nemesis", "ok", value);
       say(`${elapsed()}  ${f.kind} begins`);
-      await sleep(f.durationMs, o.signal);
+      // While it lasts, the server's count of the stream's consumers every CONSUMER_COUNT_EVERY_MS
+      // (the seed's poll: when does the server drop the consumer the client lost its line to?).
+      const faultStart = performance.now();
+      const counts: Array<[number, number | string]> = [];
+      for (;;) {
+        const left = faultStart + f.durationMs - performance.now();
+        if (left <= 0 || o.signal?.aborted) break;
+        if (f.durationMs >= CONSUMER_COUNT_EVERY_MS) {
+          let n: number | string;
+          try {
+            n = await publisher.consumerCount();
+          } catch (e) {
+            n = (e as Error).message;
+          }
+          counts.push([Math.round(performance.now() - faultStart), n]);
+        }
+        await sleep(Math.min(left, CONSUMER_COUNT_EVERY_MS), o.signal);
+      }
       writer.invoke("nemesis", "fault", { kind: "heal" });
       removeFault(proxy, f);
       const stopped = stoppedBetween(before, proxy.counters());
@@ -234,7 +253,7 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
       } catch (e) {
         serverConsumers = (e as Error).message;
       }
-      writer.complete("nemesis", "ok", { kind: "heal", stopped, server_consumers: serverConsumers });
+      writer.complete("nemesis", "ok", { kind: "heal", stopped, server_consumers: serverConsumers, ...(counts.length > 0 ? { server_consumers_during: counts } : {}) });
       say(`${elapsed()}  heal (server consumers ${serverConsumers})`);
     }
     await at(scenarioFaultsEndMs(o.scenario) + lateMs + AFTER_MS);
