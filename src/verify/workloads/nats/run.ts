@@ -142,6 +142,9 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
   let w: StreamHistoryWriter | null = null;
   // Callbacks can still fire while the consumer closes: nothing is recorded after the drain.
   let recording = true;
+  // The consumer's connection as it reports it, and a reset waiting for its next handshake.
+  let clientConnected = true;
+  let onHandshake: (() => void) | null = null;
   try {
     server = await startNatsServer();
     proxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: server.host, targetPort: server.port });
@@ -176,7 +179,10 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
           if (waiter !== null && highest >= waiter.until) waiter.resolve();
         },
         onEvent(event, detail) {
+          if (event === "disconnect") clientConnected = false;
+          if (event === "reconnect") clientConnected = true;
           if (recording) writer.clientEvent("c0", event, detail);
+          if (event === "update" && onHandshake !== null) onHandshake();
         },
       }),
       CONSUMER_START_TIMEOUT_MS,
@@ -214,11 +220,22 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
     for (const f of o.scenario.faults) {
       await at(f.atMs + lateMs);
       if (o.signal?.aborted) break;
-      if (f.kind === "cut" && f.whenConnected) {
+      if (f.kind === "cut" && f.when !== undefined) {
         const waitStart = performance.now();
-        const connected = await waitFor(() => proxy!.counters().connectionsActive > 0, RECONNECT_WAIT_MS, o.signal);
+        const ready =
+          f.when === "connected"
+            ? await waitFor(() => clientConnected, RECONNECT_WAIT_MS, o.signal)
+            : await new Promise<boolean>((resolve) => {
+                const t = setTimeout(() => ((onHandshake = null), resolve(false)), RECONNECT_WAIT_MS);
+                // Called from the client's own `update` callback: the reset lands before any further I/O.
+                onHandshake = () => {
+                  clearTimeout(t);
+                  onHandshake = null;
+                  resolve(true);
+                };
+              });
         lateMs += performance.now() - waitStart;
-        if (!connected) say(`${elapsed()}  the consumer is still not connected after ${RECONNECT_WAIT_MS} ms: this reset will find nothing to reset`);
+        if (!ready) say(`${elapsed()}  no ${f.when === "connected" ? "reconnect" : "handshake"} within ${RECONNECT_WAIT_MS} ms: this reset may find nothing to reset`);
       }
       const value = f.kind === "cut" ? { kind: "cut", mode: f.mode } : { kind: "latency", direction: "downstream", latency_ms: f.latencyMs };
       writer.invoke("nemesis", "fault", value);

@@ -15,7 +15,18 @@
 
 /** A fault of a scenario, at `atMs` after the warm-up began, for `durationMs`. */
 export type ScenarioFault =
-  | { kind: "cut"; mode: "reset"; atMs: number; durationMs: number; whenConnected?: boolean }
+  | {
+      kind: "cut";
+      mode: "reset";
+      atMs: number;
+      durationMs: number;
+      /**
+       * Not before the consumer is connected again ("connected": it reported its reconnect), or
+       * exactly inside its next reconnect's handshake ("handshake": at its next `update` event,
+       * the server's INFO read and its CONNECT and PING not yet answered).
+       */
+      when?: "connected" | "handshake";
+    }
   | { kind: "latency"; latencyMs: number; atMs: number; durationMs: number };
 
 export interface NatsScenario {
@@ -50,9 +61,18 @@ export const NATS_SCENARIOS: readonly NatsScenario[] = [
   },
   {
     name: "reset-storm",
-    description: "six resets of the consumer's line, 1.5 s apart, each refusing it for 0.1 s; each waits until the consumer is connected again, so that every reset finds a connection to reset",
+    description: "six resets of the consumer's line, 1.5 s apart, each refusing it for 0.1 s; each waits until the consumer has reported its reconnect, so that every reset finds a working connection to reset",
     prediction: "the consumer reconnects after each reset and delivery resumes within 3 s of each heal; nothing lost, skipped or duplicated",
-    faults: Array.from({ length: 6 }, (_, i) => ({ kind: "cut" as const, mode: "reset" as const, atMs: WARMUP_MS + i * 1500, durationMs: 100, whenConnected: true })),
+    faults: Array.from({ length: 6 }, (_, i) => ({ kind: "cut" as const, mode: "reset" as const, atMs: WARMUP_MS + i * 1500, durationMs: 100, when: "connected" as const })),
+  },
+  {
+    name: "reset-handshake",
+    description: "a reset of the consumer's line, then a second one landing inside the handshake of the client's reconnect (after it read the server's INFO, before its reconnect completed)",
+    prediction: "a reset during the handshake is one more failed attempt: the client tries again after its reconnect wait and delivery resumes within 3 s of the last heal; nothing lost, skipped or duplicated",
+    faults: [
+      { kind: "cut", mode: "reset", atMs: WARMUP_MS, durationMs: 100, when: "connected" },
+      { kind: "cut", mode: "reset", atMs: WARMUP_MS + 200, durationMs: 100, when: "handshake" },
+    ],
   },
 ];
 
