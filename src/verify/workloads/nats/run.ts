@@ -36,9 +36,12 @@ import {
 import { AFTER_MS, scenarioFaultsEndMs, type NatsScenario, type ScenarioFault } from "./scenarios.js";
 
 export const PUBLISH_INTERVAL_MS = 20;
-/** How long the drain waits for the consumer to deliver the last acknowledged seq: past 2 × 15 s, the
- * 3.x pull consumers' heartbeat alarm, so that a consumer that recovers by that alarm is slow (lag), not stalled. */
-export const DRAIN_TIMEOUT_MS = 45_000;
+/**
+ * How long the drain waits for the consumer to deliver the last acknowledged seq: past the 3.x
+ * pull consumers' heartbeat alarm (two missed 15-s heartbeats, counted on 15-s ticks: 30 to 45 s),
+ * so that a consumer that recovers by that alarm is slow (lag), not stalled.
+ */
+export const DRAIN_TIMEOUT_MS = 60_000;
 /** How long the consumer may take to start (connect, create its consumer). */
 export const CONSUMER_START_TIMEOUT_MS = 10_000;
 
