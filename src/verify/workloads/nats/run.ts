@@ -87,6 +87,8 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** How often the server's consumer count is read while a fault lasts (faults shorter than this: not read). */
 export const CONSUMER_COUNT_EVERY_MS = 500;
+/** How long a storm's reset waits after the consumer's reconnect, so that a working connection is reset, not a fresh one. */
+export const CONNECTED_SETTLE_MS = 500;
 /** How long a reset of a storm waits for the consumer to be connected again. */
 export const RECONNECT_WAIT_MS = 5_000;
 /** How often a condition wait looks again. */
@@ -227,7 +229,7 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
         const waitStart = performance.now();
         const ready =
           f.when === "connected"
-            ? await waitFor(() => clientConnected, RECONNECT_WAIT_MS, o.signal)
+            ? (await waitFor(() => clientConnected, RECONNECT_WAIT_MS, o.signal)) && (await sleep(CONNECTED_SETTLE_MS, o.signal), clientConnected)
             : await new Promise<boolean>((resolve) => {
                 const t = setTimeout(() => ((onHandshake = null), resolve(false)), RECONNECT_WAIT_MS);
                 // Called from the client's own `update` callback: the reset lands before any further I/O.
@@ -285,15 +287,14 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
     say(`drain until seq ${lastAcked} (the consumer is at ${highest})`);
     if (highest < lastAcked) {
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, DRAIN_TIMEOUT_MS);
-        waiter = {
-          until: lastAcked,
-          resolve: () => {
-            clearTimeout(t);
-            resolve();
-          },
+        const done = () => {
+          clearTimeout(t);
+          o.signal?.removeEventListener("abort", done);
+          resolve();
         };
-        o.signal?.addEventListener("abort", () => waiter?.resolve(), { once: true });
+        const t = setTimeout(done, DRAIN_TIMEOUT_MS);
+        waiter = { until: lastAcked, resolve: done };
+        o.signal?.addEventListener("abort", done, { once: true });
       });
     }
     writer.complete("c0", highest >= lastAcked ? "ok" : "info", { seq: highest });

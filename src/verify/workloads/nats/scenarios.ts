@@ -21,7 +21,7 @@ export type ScenarioFault =
       atMs: number;
       durationMs: number;
       /**
-       * Not before the consumer is connected again ("connected": it reported its reconnect), or
+       * Not before the consumer is connected again ("connected": it reported its reconnect, 0.5 s ago), or
        * exactly inside its next reconnect's handshake ("handshake": at its next `update` event,
        * the server's INFO read and its CONNECT and PING not yet answered).
        */
@@ -61,7 +61,7 @@ export const NATS_SCENARIOS: readonly NatsScenario[] = [
   },
   {
     name: "reset-storm",
-    description: "six resets of the consumer's line, 1.5 s apart, each refusing it for 0.1 s; each waits until the consumer has reported its reconnect, so that every reset finds a working connection to reset",
+    description: "six resets of the consumer's line, 1.5 s apart, each refusing it for 0.1 s; each waits until the consumer has reported its reconnect and 0.5 s more, so that every reset finds a working connection to reset",
     prediction: "the consumer reconnects after each reset and delivery resumes within 3 s of each heal; nothing lost, skipped or duplicated",
     faults: Array.from({ length: 6 }, (_, i) => ({ kind: "cut" as const, mode: "reset" as const, atMs: WARMUP_MS + i * 1500, durationMs: 100, when: "connected" as const })),
   },
