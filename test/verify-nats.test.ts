@@ -42,7 +42,7 @@ test("the expected table has exactly one row per matrix cell, each naming an ins
 test("narad verify run --system and narad verify matrix refuse what they do not know in one line", async () => {
   const a = await runNarad(["verify", "run", "--system", "nats", "--scenario", "nope", "--out", tmpdir()]);
   assert.equal(a.code, 2);
-  assert.match(a.stderr, /^narad: --scenario is one of cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm\n$/);
+  assert.match(a.stderr, /^narad: --scenario is one of cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm, reset-handshake\n$/);
   const b = await runNarad(["verify", "run", "--system", "kafka", "--scenario", "cut-3", "--out", tmpdir()]);
   assert.equal(b.code, 2);
   assert.match(b.stderr, /^narad: unknown system "kafka"/);

@@ -251,7 +251,7 @@ export function registerRunCommands(verify: Command): void {
     .description("run a workload against real broker processes, record the history, and judge it (exit 0 valid, 1 invalid, 2 unknown)")
     .option("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children or failover (a Narad run)")
     .option("--system <name>", "another broker under the stream model instead of Narad: nats (docs/verification-clients.md)")
-    .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25 or reset-storm")
+    .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm or reset-handshake")
     .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default) or nats3 (@nats-io/jetstream@3.x)")
     .option("--api <name>", "with --system nats: push-ordered (nats2), ordered (default), pull, fetch or kv-watch")
     .option("--linger <s>", "with --system nats: after the drain, keep recording late deliveries this many seconds")
