@@ -48,7 +48,7 @@ test("narad verify run --system and narad verify matrix refuse what they do not 
   assert.match(b.stderr, /^narad: unknown system "kafka"/);
   const c = await runNarad(["verify", "run", "--system", "nats", "--scenario", "cut-3", "--client", "nats3", "--api", "push-ordered", "--out", tmpdir()]);
   assert.equal(c.code, 2);
-  assert.match(c.stderr, /^narad: --api for nats3 is one of ordered, pull, kv-watch\n$/);
+  assert.match(c.stderr, /^narad: --api for nats3 is one of ordered, pull, fetch, kv-watch\n$/);
   const d = await runNarad(["verify", "run", "--out", tmpdir()]);
   assert.equal(d.code, 2);
   assert.match(d.stderr, /--workload is required \(or --system nats with --scenario\)/);
