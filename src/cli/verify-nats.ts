@@ -4,6 +4,7 @@
 
 import type { Writable } from "node:stream";
 import { resolve } from "node:path";
+import { abortOnSignals } from "./verify-run.js";
 
 export interface NatsRunArgs {
   system: string;
@@ -25,20 +26,6 @@ export interface MatrixArgs {
 function usage(text: string): number {
   process.stderr.write(`narad: ${text}\n`);
   return 2;
-}
-
-/** Aborts on SIGINT/SIGTERM so the run stops its server and proxy; a second signal exits at once. */
-function abortOnSignals(): { signal: AbortSignal; dispose: () => void } {
-  const ac = new AbortController();
-  let count = 0;
-  const handler = () => {
-    if (++count > 1) process.exit(130);
-    process.stderr.write("\nnarad: stopping the run and cleaning up (again to quit at once)\n");
-    ac.abort();
-  };
-  process.on("SIGINT", handler);
-  process.on("SIGTERM", handler);
-  return { signal: ac.signal, dispose: () => (process.off("SIGINT", handler), process.off("SIGTERM", handler)) };
 }
 
 /** One NATS run; returns the checker's exit code (0 valid, 1 invalid, 2 unknown or usage). */

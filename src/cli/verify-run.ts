@@ -82,7 +82,7 @@ function progressPrinter(out: Writable): { onProgress: (p: RunProgress) => void;
 }
 
 /** Aborts on SIGINT/SIGTERM so the driver can clean up; a second signal exits at once. */
-function abortOnSignals(): { signal: AbortSignal; dispose: () => void } {
+export function abortOnSignals(): { signal: AbortSignal; dispose: () => void } {
   const ac = new AbortController();
   let count = 0;
   const handler = (sig: NodeJS.Signals) => {
