@@ -494,6 +494,15 @@ async function main(): Promise<void> {
         process.stdout.write(`  checker: not measured (${(e as Error).message})\n`);
       }
     }
+    if (want("stream-checker")) {
+      try {
+        const { benchStreamChecker } = await import("./stream-checker-bench.js");
+        const r = await benchStreamChecker(900_000);
+        row("stream model checker on a 900 000-line history (events/s)", fmt(r.eventsPerSecond), `${r.seconds.toFixed(2)} s wall, ${r.cpuSeconds.toFixed(2)} s CPU`, r.eventsPerSecond / 500_000, ">= 500 000 events/s (ratio to goal)");
+      } catch (e) {
+        process.stdout.write(`  stream checker: not measured (${(e as Error).message})\n`);
+      }
+    }
     if (PEER_NAMES.some(want)) {
       await benchPeers({
         seconds: SECONDS,

@@ -83,7 +83,7 @@ function progressPrinter(out: Writable): { onProgress: (p: RunProgress) => void;
 }
 
 /** Aborts on SIGINT/SIGTERM so the driver can clean up; a second signal exits at once. */
-function abortOnSignals(): { signal: AbortSignal; dispose: () => void } {
+export function abortOnSignals(): { signal: AbortSignal; dispose: () => void } {
   const ac = new AbortController();
   let count = 0;
   const handler = (sig: NodeJS.Signals) => {
@@ -254,7 +254,12 @@ export function registerRunCommands(verify: Command): void {
   verify
     .command("run")
     .description("run a workload against real broker processes, record the history, and judge it (exit 0 valid, 1 invalid, 2 unknown)")
-    .requiredOption("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent or dead-letters")
+    .option("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent or dead-letters (a Narad run)")
+    .option("--system <name>", "another broker under the stream model instead of Narad: nats (docs/verification-clients.md)")
+    .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm or reset-handshake")
+    .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default) or nats3 (@nats-io/jetstream@3.x)")
+    .option("--api <name>", "with --system nats: push-ordered (nats2), ordered (default), pull, fetch or kv-watch")
+    .option("--linger <s>", "with --system nats: after the drain, keep recording late deliveries this many seconds")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")
     .option("--nodes <n>", "broker nodes: 1 (default) or a cluster of n on a PostgreSQL control plane")
     .option("--security", "security on: nodes without --dev, workers with credentials (default for a cluster)")
@@ -270,7 +275,17 @@ export function registerRunCommands(verify: Command): void {
     .option("--rate <r>", "produces per second over all producers")
     .option("--keep", "keep the nodes' data directories")
     .option("--bug <name>", "TEST ONLY: turn on a seeded broker bug (repeatable)", collect)
-    .action(async (opts: RunCommandArgs) => {
+    .action(async (opts: RunCommandArgs & { system?: string; scenario?: string; client?: string; api?: string; linger?: string }) => {
+      if (opts.system !== undefined && opts.system !== "narad") {
+        const { runNatsCommand } = await import("./verify-nats.js");
+        process.exitCode = await runNatsCommand({ ...opts, system: opts.system }, process.stdout);
+        return;
+      }
+      if (opts.workload === undefined) {
+        process.stderr.write("narad: --workload is required (or --system nats with --scenario)\n");
+        process.exitCode = 2;
+        return;
+      }
       process.exitCode = await runRunCommand(opts, process.stdout);
     });
   verify
@@ -282,5 +297,17 @@ export function registerRunCommands(verify: Command): void {
     .option("--only <names>", "only these bugs (or 'none', or a config name), comma-separated", collect)
     .action(async (opts: CalibrateCommandArgs) => {
       process.exitCode = await runCalibrateCommand(opts, process.stdout);
+    });
+  verify
+    .command("matrix")
+    .description("the client verdict matrix: client version × consumer API × scenario, against the expected table (exit 0 when every cell is as expected)")
+    .requiredOption("--system <name>", "nats")
+    .option("--out <dir>", "where each cell's history and reports go", "verify-out/nats-matrix")
+    .option("--doc <file>", "the doc holding the expected table", "docs/verification-clients.md")
+    .option("--only <terms>", "only cells matching one of these terms, comma-separated; a term joins generation, API and scenario with / (nats2/cut-8, ordered, nats3/kv-watch/cut-6)", collect)
+    .option("--write-doc", "rewrite the doc's measured columns from this run")
+    .action(async (opts: { system: string; out?: string; doc?: string; only?: string[]; writeDoc?: boolean }) => {
+      const { runMatrixCommand } = await import("./verify-nats.js");
+      process.exitCode = await runMatrixCommand(opts, process.stdout);
     });
 }

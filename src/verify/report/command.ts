@@ -13,6 +13,8 @@ import { HistoryFormatError } from "../history/validate.js";
 import { formatSummary } from "./terminal.js";
 import { renderJson } from "./json.js";
 import { renderHtml } from "./html.js";
+import { checkStream, historyModel } from "../checker/stream/index.js";
+import { formatStreamSummary, renderStreamHtml, renderStreamJson } from "./stream.js";
 
 export const EXIT_VALID = 0;
 export const EXIT_INVALID = 1;
@@ -27,6 +29,8 @@ export interface CheckCommandArgs {
 }
 
 export async function runCheckCommand(args: CheckCommandArgs, out: NodeJS.WritableStream): Promise<number> {
+  // The config line names the model; a stream history (SPEC.md "The stream model") has its own checker.
+  if ((await historyModel(args.history)) === "stream") return runStreamCheck(args, out);
   let report;
   try {
     report = await check(args.history, args.options);
@@ -57,6 +61,41 @@ export async function runCheckCommand(args: CheckCommandArgs, out: NodeJS.Writab
     }
   }
   out.write(formatSummary(report, written));
+  if (failed) return EXIT_CANNOT_READ;
+  return report.verdict === "valid" ? EXIT_VALID : report.verdict === "invalid" ? EXIT_INVALID : EXIT_UNKNOWN;
+}
+
+async function runStreamCheck(args: CheckCommandArgs, out: NodeJS.WritableStream): Promise<number> {
+  let report;
+  try {
+    report = await checkStream(args.history);
+  } catch (err) {
+    if (err instanceof HistoryFormatError) {
+      out.write(`narad verify check: UNKNOWN — malformed history ${args.history}, line ${err.line}: ${err.reason}\n`);
+      return EXIT_UNKNOWN;
+    }
+    if (err instanceof HistoryReadError) {
+      out.write(`narad verify check: ${err.message}\n`);
+      return EXIT_CANNOT_READ;
+    }
+    throw err;
+  }
+  let failed = false;
+  const written: { jsonPath?: string; htmlPath?: string } = {};
+  for (const [path, text, key] of [
+    [args.json, args.json === undefined ? "" : renderStreamJson(report), "jsonPath"],
+    [args.html, args.html === undefined ? "" : renderStreamHtml(report), "htmlPath"],
+  ] as const) {
+    if (path === undefined) continue;
+    try {
+      await writeFile(path, text);
+      written[key] = path;
+    } catch (err) {
+      failed = true;
+      out.write(`narad verify check: cannot write ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}\n`);
+    }
+  }
+  out.write(formatStreamSummary(report, written));
   if (failed) return EXIT_CANNOT_READ;
   return report.verdict === "valid" ? EXIT_VALID : report.verdict === "invalid" ? EXIT_INVALID : EXIT_UNKNOWN;
 }

@@ -1,0 +1,207 @@
+// The verdict matrix (`narad verify matrix --system nats`): client version × consumer API ×
+// scenario, each cell one run, its verdict and silence beside the expected table kept in
+// docs/verification-clients.md. A cell whose verdict differs from its expected one, or whose
+// silence falls outside its expected band, fails the matrix; so does a cell the table has no row
+// for (a new client or scenario needs its expectation written first).
+//
+// The expected table sits between the markers <!-- nats-matrix:begin --> and
+// <!-- nats-matrix:end -->, one row per cell:
+//   | client | api | scenario | expected verdict | expected silence | verdict | silence | lag |
+// The first five columns are the expectation (a verdict, or verdicts joined by " or " where a race
+// in the system decides between them; silence as "≤ 3 s", "4–8 s", "≥ 8 s" or "any"); the last three
+// are what the last full run measured, which `--write-doc` rewrites in place.
+
+import { readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { CLIENT_GENERATIONS, CONSUMER_APIS, clientName, type ClientGeneration, type ConsumerApi } from "./clients.js";
+import { NATS_SCENARIOS, type NatsScenario } from "./scenarios.js";
+import { runNatsScenario, type NatsRunResult } from "./run.js";
+
+export const MATRIX_BEGIN = "<!-- nats-matrix:begin -->";
+export const MATRIX_END = "<!-- nats-matrix:end -->";
+
+export interface MatrixCell {
+  gen: ClientGeneration;
+  api: ConsumerApi;
+  scenario: NatsScenario;
+}
+
+export interface Expectation {
+  client: string;
+  api: string;
+  scenario: string;
+  verdict: string;
+  /** Inclusive band in seconds; null: any. */
+  silence: [number, number] | null;
+  silenceText: string;
+}
+
+export interface CellResult {
+  cell: MatrixCell;
+  client: string;
+  expected: Expectation | null;
+  verdict: string;
+  /** The longest silence after any of the scenario's faults, in ms (0 when nothing waited). */
+  silenceMs: number | null;
+  lagMs: number | null;
+  anomalies: string;
+  pass: boolean;
+  why: string;
+  run: NatsRunResult | null;
+}
+
+/** Every cell, in table order: client, then API, then scenario. */
+export function matrixCells(only: string[] = []): MatrixCell[] {
+  const cells: MatrixCell[] = [];
+  for (const gen of CLIENT_GENERATIONS) for (const api of CONSUMER_APIS[gen]) for (const scenario of NATS_SCENARIOS) cells.push({ gen, api, scenario });
+  if (only.length === 0) return cells;
+  // A cell is kept when some term matches it; a term is parts joined by "/" (generation, API,
+  // scenario, in any order), each of which must name the cell: "nats2/cut-8", "ordered".
+  return cells.filter((c) => only.some((term) => term.split("/").every((part) => part === c.gen || part === c.api || part === c.scenario.name)));
+}
+
+function parseBand(text: string): [number, number] | null {
+  const t = text.trim();
+  if (t === "any" || t === "—" || t === "") return null;
+  let m = /^≤\s*(\d+(?:\.\d+)?)\s*s$/.exec(t);
+  if (m) return [0, Number(m[1])];
+  m = /^(\d+(?:\.\d+)?)\s*[–-]\s*(\d+(?:\.\d+)?)\s*s$/.exec(t);
+  if (m) return [Number(m[1]), Number(m[2])];
+  m = /^≥\s*(\d+(?:\.\d+)?)\s*s$/.exec(t);
+  if (m) return [Number(m[1]), Infinity];
+  throw new Error(`expected silence ${JSON.stringify(text)}: write "≤ N s", "A–B s", "≥ N s" or "any"`);
+}
+
+function tableLines(doc: string): { before: string; rows: string[]; after: string } {
+  const b = doc.indexOf(MATRIX_BEGIN);
+  const e = doc.indexOf(MATRIX_END);
+  if (b < 0 || e < b) throw new Error(`the expected table's markers ${MATRIX_BEGIN} … ${MATRIX_END} are missing`);
+  const inner = doc.slice(b + MATRIX_BEGIN.length, e);
+  return { before: doc.slice(0, b + MATRIX_BEGIN.length), rows: inner.split("\n"), after: doc.slice(e) };
+}
+
+const cellsOf = (line: string) => line.split("|").slice(1, -1).map((c) => c.trim().replace(/^`|`$/g, ""));
+
+/** The expected table of the doc, keyed "client|api|scenario" (client as "nats@2" / "@nats-io/jetstream@3", major only). */
+export function parseExpectations(doc: string): Map<string, Expectation> {
+  const out = new Map<string, Expectation>();
+  for (const line of tableLines(doc).rows) {
+    if (!line.trim().startsWith("|")) continue;
+    const c = cellsOf(line);
+    if (c.length < 5 || c[0] === "client" || /^-+$/.test(c[0]!.replace(/:/g, ""))) continue;
+    const [client, api, scenario, verdict, silence] = c as [string, string, string, string, string];
+    out.set(`${client}|${api}|${scenario}`, { client, api, scenario, verdict, silence: parseBand(silence), silenceText: silence });
+  }
+  return out;
+}
+
+/** "nats@2.29.3" → "nats@2": the table names a client by its major version. */
+export function clientMajor(name: string): string {
+  const at = name.lastIndexOf("@");
+  return at <= 0 ? name : `${name.slice(0, at)}@${name.slice(at + 1).split(".")[0]}`;
+}
+
+const secs = (ms: number | null) => (ms === null ? "—" : `${(ms / 1000).toFixed(2)} s`);
+
+export function judgeCell(cell: MatrixCell, run: NatsRunResult, expectations: Map<string, Expectation>): CellResult {
+  const client = run.client;
+  const key = `${clientMajor(client)}|${cell.api}|${cell.scenario.name}`;
+  const expected = expectations.get(key) ?? null;
+  const r = run.report;
+  let silenceMs: number | null = null;
+  for (const f of r.faults) for (const s of f.silence) silenceMs = Math.max(silenceMs ?? 0, s.silenceMs ?? 0);
+  const anomalies = Object.entries(r.anomalyCounts).map(([k, v]) => `${k} ×${v}`).join(", ");
+  let pass = true;
+  const why: string[] = [];
+  if (expected === null) {
+    pass = false;
+    why.push(`no expected row for ${key}`);
+  } else {
+    if (!expected.verdict.split(" or ").includes(r.verdict)) {
+      pass = false;
+      why.push(`verdict ${r.verdict}, expected ${expected.verdict}`);
+    }
+    if (expected.silence !== null) {
+      const s = (silenceMs ?? 0) / 1000;
+      if (s < expected.silence[0] || s > expected.silence[1]) {
+        pass = false;
+        why.push(`silence ${secs(silenceMs)}, expected ${expected.silenceText}`);
+      }
+    }
+  }
+  return { cell, client, expected, verdict: r.verdict, silenceMs, lagMs: r.lag.maxMs, anomalies, pass, why: why.join("; "), run };
+}
+
+export interface MatrixOptions {
+  outDir: string;
+  docPath: string;
+  only?: string[];
+  onCellStart?: (cell: MatrixCell, i: number, n: number) => void;
+  onCell?: (r: CellResult) => void;
+  onProgress?: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+export async function runMatrix(o: MatrixOptions): Promise<CellResult[]> {
+  const expectations = parseExpectations(await readFile(o.docPath, "utf8"));
+  const cells = matrixCells(o.only);
+  const results: CellResult[] = [];
+  for (let i = 0; i < cells.length; i++) {
+    if (o.signal?.aborted) break;
+    const cell = cells[i]!;
+    o.onCellStart?.(cell, i, cells.length);
+    let r: CellResult;
+    try {
+      const run = await runNatsScenario({
+        gen: cell.gen,
+        api: cell.api,
+        scenario: cell.scenario,
+        outDir: join(o.outDir, `${cell.gen}-${cell.api}-${cell.scenario.name}`),
+        ...(o.onProgress ? { onProgress: o.onProgress } : {}),
+        ...(o.signal ? { signal: o.signal } : {}),
+      });
+      r = judgeCell(cell, run, expectations);
+    } catch (e) {
+      r = { cell, client: clientName(cell.gen), expected: null, verdict: "error", silenceMs: null, lagMs: null, anomalies: "", pass: false, why: `the run failed: ${(e as Error).message}`, run: null };
+    }
+    results.push(r);
+    o.onCell?.(r);
+  }
+  return results;
+}
+
+/** The table people read: expected beside measured, failures marked. */
+export function formatMatrix(results: CellResult[]): string {
+  const head = ["client", "api", "scenario", "expected", "verdict", "silence", "lag", "anomalies", ""];
+  const rows = results.map((r) => [
+    r.client,
+    r.cell.api,
+    r.cell.scenario.name,
+    r.expected ? `${r.expected.verdict}, ${r.expected.silenceText}` : "(none)",
+    r.verdict,
+    secs(r.silenceMs),
+    secs(r.lagMs),
+    r.anomalies || "—",
+    r.pass ? "ok" : `DIFFERS: ${r.why}`,
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const fmt = (row: string[]) => row.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  const failed = results.filter((r) => !r.pass).length;
+  return [fmt(head), ...rows.map(fmt), "", `${results.length - failed} of ${results.length} cells as expected${failed > 0 ? `, ${failed} differ` : ""}`].join("\n") + "\n";
+}
+
+/** Rewrites the measured columns of the doc's table from a run (the expectations stay as written). */
+export async function writeMeasured(docPath: string, results: CellResult[]): Promise<void> {
+  const doc = await readFile(docPath, "utf8");
+  const t = tableLines(doc);
+  const byKey = new Map(results.map((r) => [`${clientMajor(r.client)}|${r.cell.api}|${r.cell.scenario.name}`, r]));
+  const rows = t.rows.map((line) => {
+    if (!line.trim().startsWith("|")) return line;
+    const c = cellsOf(line);
+    const r = byKey.get(`${c[0]}|${c[1]}|${c[2]}`);
+    if (r === undefined) return line;
+    const measured = [r.verdict + (r.anomalies ? ` (${r.anomalies})` : ""), secs(r.silenceMs), secs(r.lagMs)];
+    return `| ${[`\`${c[0]}\``, c[1], c[2], c[3], c[4], ...measured].join(" | ")} |`;
+  });
+  await writeFile(docPath, t.before + rows.join("\n") + t.after);
+}
