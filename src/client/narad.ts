@@ -56,6 +56,7 @@ import {
   NaradRequestError,
   errorFromResponse,
   errorFromTransport,
+  refusedBeforeSending,
 } from "./errors.js";
 import type {
   AckStatus,
@@ -375,6 +376,7 @@ export class Narad {
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
   async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<Produced> {
+    checkMessage(payload, opts.key, "produce");
     const tp = this.#topicPath(topic);
     const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
     const res = await this.#call("POST", path, this.#hOctet, payload, "produce");
@@ -399,6 +401,10 @@ export class Narad {
     opts: { encoding?: "binary" | "json" } = {},
   ): Promise<ProduceResult[]> {
     if (messages.length === 0) return [];
+    if (messages.length > LIMITS.batchMessagesMax) {
+      throw refusedBeforeSending("batch_too_large", `produce batch: ${messages.length} messages, over the ${LIMITS.batchMessagesMax} a batch holds`);
+    }
+    messages.forEach((m, i) => checkMessage(m.payload, m.key, `produce batch: messages[${i}]`));
     const path = `${this.#topicPath(topic)}/messages/batch`;
     let res: Dispatcher.ResponseData;
     try {
@@ -409,9 +415,12 @@ export class Narad {
             return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
           }),
         };
-        res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "produce batch");
+        const text = JSON.stringify(body);
+        checkBatchBody(Buffer.byteLength(text));
+        res = await this.#call("POST", path, this.#hJson, text, "produce batch");
       } else {
         const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
+        checkBatchBody(body.length);
         res = await this.#call("POST", path, this.#hBatch, body, "produce batch");
       }
     } catch (e) {
@@ -949,6 +958,23 @@ function toTopic(t: TopicJson): Topic {
 
 function toChild(c: ChildJson): TopicChild {
   return c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms };
+}
+
+/** Refuses, before sending, a message the server would refuse for its size or its key's. */
+function checkMessage(payload: Uint8Array | string, key: string | null | undefined, what: string): void {
+  const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
+  if (size > LIMITS.messageBytesMax) {
+    throw refusedBeforeSending("payload_too_large", `${what}: the message is ${size} bytes, over the ${LIMITS.messageBytesMax}-byte (1 MiB) limit`);
+  }
+  if (key != null && key.length * 3 > LIMITS.keyBytesMax && Buffer.byteLength(key) > LIMITS.keyBytesMax) {
+    throw refusedBeforeSending("invalid_argument", `${what}: the key is over ${LIMITS.keyBytesMax} bytes`);
+  }
+}
+
+function checkBatchBody(bytes: number): void {
+  if (bytes > LIMITS.batchBodyBytesMax) {
+    throw refusedBeforeSending("batch_too_large", `produce batch: the request body would be ${bytes} bytes, over the ${LIMITS.batchBodyBytesMax}-byte limit`);
+  }
 }
 
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {

@@ -26,6 +26,7 @@
 // declares (src/http/cluster.ts).
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import FindMyWay from "find-my-way";
 import type { Logger } from "pino";
@@ -106,6 +107,36 @@ type Counted = Duplex & {
   naradEndAt?: number;
 };
 
+/**
+ * How long a connection answered 413 while its client was still sending the body keeps reading
+ * (and discarding) before it closes anyway. Closing a socket with unread bytes makes the kernel
+ * send RST, and an RST that reaches the client before it read the 413 discards the answer: the
+ * client saw "write EPIPE" or "ECONNRESET", an ambiguous failure, for a definite refusal
+ * (issue 16 item 1). So the answer is sent, our side shut (FIN), and the rest of the body read
+ * until the client shuts its side or this much time passed.
+ */
+export const LINGER_AFTER_REFUSAL_MS = 2000;
+/** Marks a socket in its lingering close: a request parsed from what it still sends is dropped. */
+const LINGERING = Symbol("narad.lingering");
+
+/**
+ * Makes Node's close of this connection (it calls destroySoon once the answer with
+ * `Connection: close` is written) a lingering close: FIN now, destroy at the client's FIN or
+ * after LINGER_AFTER_REFUSAL_MS. The request is resumed so its remaining body is read and dropped.
+ * test/newcomer-sdk.test.ts fails if Node stops closing through destroySoon.
+ */
+function lingerAfterAnswer(req: IncomingMessage): void {
+  const socket = req.socket as Socket & { destroySoon(): void; [LINGERING]?: true };
+  socket[LINGERING] = true;
+  req.resume();
+  socket.destroySoon = () => {
+    socket.end();
+    const t = setTimeout(() => socket.destroy(), LINGER_AFTER_REFUSAL_MS);
+    socket.once("end", () => socket.destroy());
+    socket.once("close", () => clearTimeout(t));
+  };
+}
+
 /** Closes a connection once what was written to it reached the kernel. */
 function endAfterWrites(socket: Duplex): void {
   socket.once("finish", () => socket.destroy());
@@ -133,6 +164,10 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const identityHeaders: readonly string[] = [HEADERS.node, nodeId, HEADERS.boot, bootId];
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     identify(res, identityHeaders);
+    if ((req.socket as Socket & { [LINGERING]?: true })[LINGERING]) {
+      req.socket.destroy(); // bytes after a refused body: not a request anyone waits on
+      return;
+    }
     if (stopping) {
       res.setHeader("connection", "close");
       sendError(res, new NaradError("shutting_down"));
@@ -242,9 +277,9 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       return;
     }
     if (e instanceof BodyTooLarge) {
-      // Stop reading the body: answer, then close the connection.
+      // Stop storing the body: answer, then close the connection without losing the answer.
       res.setHeader("connection", "close");
-      res.once("finish", () => req.socket.destroy());
+      lingerAfterAnswer(req);
     }
     sendError(res, err);
   }
