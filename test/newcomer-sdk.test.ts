@@ -145,3 +145,97 @@ describe("issue 16 item 1: an oversized produce is a definite refusal", () => {
     assert.equal(error, undefined);
   });
 });
+
+describe("issue 16 item 5: process() and the client's URL", () => {
+  let node: RunningNode;
+  before(async () => {
+    node = await startNode();
+  });
+  after(async () => {
+    await node.stop();
+    await removeDir(node.dataDir);
+  });
+
+  it("process() at concurrency 16 prints no MaxListenersExceededWarning (each pooled request added an abort listener to one shared signal)", async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => void warnings.push(w);
+    process.on("warning", onWarning);
+    const c = new Narad({ url: node.url });
+    try {
+      await c.createTopic({ name: "wide", partitions: 4 });
+      await c.produceBatch("wide", Array.from({ length: 64 }, (_, i) => ({ payload: `m${i}` })));
+      const ac = new AbortController();
+      const seen = new Set<string>();
+      await c.process(
+        "wide",
+        async (m) => {
+          seen.add(m.text());
+          if (seen.size === 64) ac.abort();
+        },
+        { concurrency: 16, waitMs: 1000, signal: ac.signal },
+      );
+      assert.equal(seen.size, 64);
+      // Warnings are emitted on the next tick; one turn of the event loop lets any arrive.
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(warnings.map((w) => `${w.name}: ${w.message}`), []);
+    } finally {
+      process.off("warning", onWarning);
+      await c.close();
+    }
+  });
+
+  it("process() on a dead URL calls onError with the connection error at once (it retried silently for about two minutes)", async () => {
+    const c = new Narad({ url: `http://127.0.0.1:${await deadPort()}` });
+    try {
+      const ac = new AbortController();
+      const told: [unknown, unknown][] = [];
+      await c.process("t", () => assert.fail("nothing to handle"), {
+        signal: ac.signal,
+        onError: (err, m) => {
+          told.push([err, m]);
+          ac.abort();
+        },
+      });
+      assert.equal(told.length, 1);
+      assert.ok(told[0]![0] instanceof NaradConnectionError, String(told[0]![0]));
+      assert.equal(told[0]![1], null, "no message goes with a failed consume");
+    } finally {
+      await c.destroy();
+    }
+  });
+
+  it("a throw from onError on a failed consume ends process() with it", async () => {
+    const c = new Narad({ url: `http://127.0.0.1:${await deadPort()}` });
+    try {
+      await assert.rejects(
+        c.process("t", () => undefined, {
+          onError: () => {
+            throw new Error("give up");
+          },
+        }),
+        /give up/,
+      );
+    } finally {
+      await c.destroy();
+    }
+  });
+
+  it("new Narad({url: \"127.0.0.1:7070\"}) says what a URL looks like (it was a bare TypeError: Invalid URL)", () => {
+    assert.throws(() => new Narad({ url: "127.0.0.1:7070" }), (e: Error) => e instanceof TypeError && /did you mean http:\/\/127\.0\.0\.1:7070\?/.test(e.message));
+    assert.throws(() => new Narad({ url: "localhost:7070" }), /did you mean http:\/\/localhost:7070\?/);
+    assert.throws(() => new Narad({ url: "ftp://x" }), /must be an absolute http:\/\/ or https:\/\/ URL/);
+  });
+
+  it("a url ending in /v1 is the base (it sent /v1/v1/topics)", async () => {
+    for (const suffix of ["/v1", "/v1/"]) {
+      const c = new Narad({ url: node.url + suffix });
+      try {
+        await c.createTopic({ name: `prefixed${suffix.length}`, partitions: 1 });
+        assert.ok((await c.listTopics()).some((t) => t.name === `prefixed${suffix.length}`));
+        assert.match(await c.metrics(), /narad_/);
+      } finally {
+        await c.close();
+      }
+    }
+  });
+});

@@ -198,9 +198,12 @@ export interface ProcessOptions {
   /**
    * Told of a handler that threw (its message was nacked) and of an ack the server refused
    * (NaradGoneError: the lease lapsed first, so the message may come back). Without it, either
-   * ends the loop: process() rejects with that error.
+   * ends the loop: process() rejects with that error. Told too, with `message` null, of each
+   * consume that failed and will be retried (the node unreachable, 429, 503): process() goes on
+   * retrying, but the caller sees a dead URL at once rather than after every retry is spent.
+   * A throw from onError ends the loop with that error.
    */
-  onError?: (err: unknown, message: Message) => void | Promise<void>;
+  onError?: (err: unknown, message: Message | null) => void | Promise<void>;
 }
 
 export interface AutoExtendOptions {
@@ -243,12 +246,11 @@ export class Narad {
   readonly #visibilityMs = new Map<string, number>();
 
   constructor(opts: NaradOptions) {
-    const u = new URL(opts.url);
-    if (u.protocol !== "http:" && u.protocol !== "https:") {
-      throw new TypeError(`Narad: url must be http:// or https://, got ${opts.url}`);
-    }
+    const u = parseUrl(opts.url);
     this.url = opts.url;
-    this.#root = u.pathname.replace(/\/+$/, "");
+    // A URL copied from docs/api.md's paths ends in the API's prefix: it is the base, not a proxy's
+    // path (it made /v1/v1/topics).
+    this.#root = u.pathname.replace(/\/+$/, "").replace(/\/v1$/, "");
     this.#base = this.#root + API_PREFIX;
     this.#requestTimeoutMs = opts.requestTimeoutMs ?? REQUEST_TIMEOUT_MS_DEFAULT;
     const user = opts.user ?? (u.username ? decodeURIComponent(u.username) : undefined);
@@ -604,15 +606,20 @@ export class Narad {
   async process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
     const concurrency = Math.floor(opts.concurrency ?? 1);
     if (!(concurrency >= 1 && concurrency <= PROCESS_CONCURRENCY_MAX)) throw new RangeError(`concurrency must be 1..${PROCESS_CONCURRENCY_MAX}`);
-    // `concurrency` loops, each one message at a time; the first to fail ends the others.
-    const stop = new AbortController();
-    const onAbort = () => stop.abort(opts.signal?.reason);
+    // `concurrency` loops, each one message at a time; the first to fail ends the others. Each
+    // loop has a signal of its own: one shared by all gathered an abort listener per pooled
+    // request and sleep, past Node's 10 (MaxListenersExceededWarning at concurrency 8).
+    const controllers = Array.from({ length: concurrency }, () => new AbortController());
+    const stopAll = (reason: unknown) => {
+      for (const c of controllers) c.abort(reason);
+    };
+    const onAbort = () => stopAll(opts.signal?.reason);
     if (opts.signal?.aborted) onAbort();
     opts.signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      const loops = Array.from({ length: concurrency }, () =>
-        this.#processLoop(topic, handler, opts, stop.signal).catch((err: unknown) => {
-          stop.abort(err);
+      const loops = controllers.map((c) =>
+        this.#processLoop(topic, handler, opts, c.signal).catch((err: unknown) => {
+          stopAll(err);
           throw err;
         }),
       );
@@ -649,6 +656,7 @@ export class Narad {
             continue;
           }
           if (!isRetryable(err) || ++errors > errorsMax) throw err;
+          await opts.onError?.(err, null);
           await sleep(backoffMs(errors, err), signal);
           continue;
         }
@@ -938,6 +946,21 @@ export class Narad {
     if (known !== undefined) return known;
     return (await this.getTopic(topic)).visibilityTimeoutMs;
   }
+}
+
+/** The client's URL, or a TypeError that says what a good one looks like. */
+function parseUrl(url: string): URL {
+  let u: URL | undefined;
+  try {
+    u = new URL(url);
+  } catch {
+    u = undefined;
+  }
+  if (u === undefined || (u.protocol !== "http:" && u.protocol !== "https:") || u.host === "") {
+    const hint = /^[\w.-]+:\d+(\/|$)/.test(url) || /^[\w.-]+(\/|$)/.test(url) ? `; did you mean http://${url}?` : "";
+    throw new TypeError(`Narad: url must be an absolute http:// or https:// URL such as http://127.0.0.1:7070, got ${JSON.stringify(url)}${hint}`);
+  }
+  return u;
 }
 
 function toTopic(t: TopicJson): Topic {
