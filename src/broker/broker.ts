@@ -227,7 +227,7 @@ export class Broker {
     this.scheduler = opts.scheduler ?? systemScheduler;
     this.faults = opts.faults ?? NO_FAULTS;
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
-    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
+    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges(), oldestUnackedAges: () => this.oldestUnackedAges() });
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
     const topic = (name: string) => this.topic(name);
     this.links = new ChildLinks({
@@ -922,6 +922,21 @@ export class Broker {
         inFlight: t.open().reduce((s, p) => s + p.inFlight, 0),
         partitions: t.open().length,
       }));
+  }
+
+  private async oldestUnackedAges(): Promise<{ topic: string; ageSeconds: number }[]> {
+    const now = this.opts.clock.nowMs();
+    const out: { topic: string; ageSeconds: number }[] = [];
+    for (const t of this.topics.values()) {
+      if (t.deleted) continue;
+      let oldest = Infinity;
+      for (const p of t.open()) {
+        const o = await p.oldestUnacked().catch(() => null); // a read that failed is logged where it is served
+        if (o !== null) oldest = Math.min(oldest, o.producedAtMs);
+      }
+      out.push({ topic: t.meta.name, ageSeconds: oldest === Infinity ? 0 : Math.max(0, (now - oldest) / 1000) });
+    }
+    return out;
   }
 
   private childGauges() {

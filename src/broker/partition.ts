@@ -17,6 +17,11 @@ import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
 import { MinHeap } from "../platform/heap.js";
 import { READ_AHEAD_BYTES, READ_AHEAD_RECORDS, readAheadPool, type ReadAheadPool } from "./read-ahead.js";
 
+/** oldestUnacked(): acked offsets above the floor skipped, at most. */
+const OLDEST_SCAN_MAX = 1024;
+/** oldestUnacked(): bytes read for the one record (a message is at most 1 MiB). */
+const OLDEST_READ_BYTES = 2 * 1_048_576;
+
 export interface Lease {
   tag: number;
   deadlineMs: number; // monotonic
@@ -84,6 +89,27 @@ export class Partition {
     const floor = Math.max(this.acks.floor, this.log.earliestOffset);
     return Math.max(0, this.log.syncedOffset - floor - this.acks.ackedAboveFloor);
   }
+
+  /**
+   * The oldest unacked durable message (its offset and produce time), or null when every durable
+   * message is acked: SQS's ApproximateAgeOfOldestMessage, for metrics and GET /v1/topics/{t}.
+   * One record is read when the oldest changed since the last call; acked offsets just above the
+   * floor are skipped, at most OLDEST_SCAN_MAX of them (past that the age is of an acked one, an
+   * overestimate, until the floor catches up).
+   */
+  async oldestUnacked(): Promise<{ offset: number; producedAtMs: number } | null> {
+    const synced = this.log.syncedOffset;
+    let o = Math.max(this.acks.floor, this.log.earliestOffset);
+    for (let i = 0; i < OLDEST_SCAN_MAX && o < synced && this.acks.isAcked(o); i++) o++;
+    if (o >= synced) return null;
+    if (this.oldestMemo?.offset === o) return this.oldestMemo;
+    const [r] = await this.log.read(o, 1, OLDEST_READ_BYTES);
+    if (r === undefined) return null; // gone by retention meanwhile
+    this.oldestMemo = { offset: r.offset, producedAtMs: r.producedAtMs };
+    return this.oldestMemo;
+  }
+
+  private oldestMemo: { offset: number; producedAtMs: number } | undefined;
 
   /** Moves leases whose deadline passed back to `returned`. Returns how many lapsed. */
   expire(nowMs: number): number {

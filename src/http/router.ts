@@ -31,6 +31,11 @@ export interface Ctx {
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams, ctx: Ctx) => Promise<void> | void;
 
+/** What a public route keeps in the router: its name in metrics (narad_http_requests_total's route). */
+export interface RouteStore {
+  route: string;
+}
+
 /** Registers a public route behind the Perm it needs. */
 export type On = (method: Method, path: string, perm: Perm, h: Handler) => void;
 
@@ -53,7 +58,7 @@ export function publicRoutes(router: Router, svc: Service, authenticator: Authen
         await authorize(svc, perm, params as Params, principal);
         return h(req, res, params as Params, query, { principal, req: { ...rc, user: { name: principal.name, id: principal.id } } });
       });
-    });
+    }, { route: `${method} ${path}` } satisfies RouteStore);
   };
 }
 

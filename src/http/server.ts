@@ -25,6 +25,7 @@
 // module also mounts the internal routes other nodes forward to, through the interface it
 // declares (src/http/cluster.ts).
 
+import { performance } from "node:perf_hooks";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
@@ -39,7 +40,7 @@ import { BodyTooLarge } from "./body.js";
 import { internalRouteKit, type HttpCluster } from "./cluster.js";
 import type { Params } from "./params.js";
 import { head, identify, sendError } from "./respond.js";
-import { mountInternal, publicRoutes, type RouteDeps } from "./router.js";
+import { mountInternal, publicRoutes, type RouteDeps, type RouteStore } from "./router.js";
 import { messageRoutes } from "./routes/messages.js";
 import { nodeRoutes } from "./routes/nodes.js";
 import { opsRoutes } from "./routes/ops.js";
@@ -160,6 +161,32 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   nodeRoutes(deps, cluster);
   if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalRouteKit(nodeId, bootId));
 
+  // Request metrics (docs/operations.md): a count per route and status, and the latency of the
+  // routes users time (produce, consume, ack). Children of the labelled metrics are kept per
+  // route and status, so an answer costs a map lookup rather than prom-client hashing labels.
+  const m = svc.metrics;
+  const timed = new Map<string, { hist: { observe(v: number): void }; ok: (status: number) => boolean }>([
+    ["POST /v1/topics/:topic/messages", { hist: m.produceLatency.labels("single"), ok: (s) => s === 202 }],
+    ["POST /v1/topics/:topic/messages/batch", { hist: m.produceLatency.labels("batch"), ok: (s) => s === 202 }],
+    ["POST /v1/topics/:topic/consume", { hist: m.consumeLatency.labels("single"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/consume/batch", { hist: m.consumeLatency.labels("batch"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/ack", { hist: m.ackLatency.labels("single"), ok: (s) => s === 204 }],
+    ["POST /v1/topics/:topic/ack/batch", { hist: m.ackLatency.labels("batch"), ok: (s) => s === 200 }],
+  ]);
+  // Bounded: routes are the registered patterns (plus "unmatched" and "internal"), never paths.
+  const counted = new Map<string, { inc(): void }>();
+  const answered = (route: string, status: number, ms: number): void => {
+    const t = timed.get(route);
+    if (t !== undefined && t.ok(status)) t.hist.observe(ms / 1000);
+    const k = `${route} ${status}`;
+    let c = counted.get(k);
+    if (c === undefined) {
+      c = m.requests.labels(route, String(status));
+      counted.set(k, c);
+    }
+    c.inc();
+  };
+
   // Every answer names the node and its boot (src/http/respond.ts): one header list per server.
   const identityHeaders: readonly string[] = [HEADERS.node, nodeId, HEADERS.boot, bootId];
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
@@ -177,10 +204,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const socket = req.socket as Counted;
     socket[PENDING] = (socket[PENDING] ?? 0) + 1;
     socket[LAST] = res; // no object per request: the request is res.req
+    const startedMs = performance.now();
+    let route = "unmatched";
     res.once("close", () => {
       inFlight--;
       if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
       if (stopping && inFlight === 0) drained?.();
+      answered(route, res.statusCode, performance.now() - startedMs);
     });
     if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) {
       res.setHeader("connection", "close");
@@ -200,6 +230,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       res.setHeader("allow", allow);
       return finishWithError(req, res, new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}; allowed: ${allow}.`));
     }
+    route = (found.store as RouteStore | undefined)?.route ?? "internal";
     try {
       const r = (found.handler as unknown as (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void)(req, res, found.params);
       if (r instanceof Promise) r.catch((e: unknown) => finishWithError(req, res, e));
