@@ -8,7 +8,7 @@
 // ready. A graceful stop goes the other way: HTTP drained, broker closed (everything synced),
 // control plane closed last, which releases the lease so the other nodes route around at once.
 
-import { mkdir, access, constants } from "node:fs/promises";
+import { mkdir, access, constants, rm } from "node:fs/promises";
 import type { Server } from "node:http";
 import { resolve } from "node:path";
 import { pino, type Logger } from "pino";
@@ -53,6 +53,18 @@ export interface RunningServer {
 
 
 export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
+  // A refused start leaves no data directory it made itself behind (a first secure start without
+  // NARAD_ADMIN_PASSWORD left ./narad-data/): nothing in it ever served.
+  const made: { dir?: string } = {};
+  try {
+    return await startServerIn(cfg, env, made);
+  } catch (e) {
+    if (made.dir !== undefined) await rm(made.dir, { recursive: true, force: true }).catch(() => undefined);
+    throw e;
+  }
+}
+
+async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { dir?: string }): Promise<RunningServer> {
   const dev = cfg.dev === true;
   const controlPlaneUrl = cfg.control_plane as string | undefined;
   if (controlPlaneUrl !== undefined && !/^postgres(ql)?:\/\//.test(controlPlaneUrl)) {
@@ -84,7 +96,8 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
 
   const dataDir = resolve((cfg.data_dir as string | undefined) ?? (dev ? ".narad" : "narad-data"));
   try {
-    await mkdir(dataDir, { recursive: true });
+    // mkdir names the first directory it made: this start's own, removed if the start fails.
+    made.dir = await mkdir(dataDir, { recursive: true });
     await access(dataDir, constants.W_OK | constants.R_OK);
   } catch (e) {
     throw new StartupError(`data directory ${dataDir} is not usable: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);

@@ -21,7 +21,9 @@ export function nodeRoutes({ on, svc, nodeId, bootId }: RouteDeps, cluster: Http
     }
     const view = cluster.view;
     sendJson(res, 200, {
-      nodes: view.nodes().map((n) => ({
+      // In node_number order, the order nodes first joined (sorted by id, the numbers of nodes
+      // started together ran backwards).
+      nodes: [...view.nodes()].sort((a, b) => a.nodeNumber - b.nodeNumber).map((n) => ({
         id: n.id,
         node_number: n.nodeNumber,
         advertise_url: n.advertiseUrl,

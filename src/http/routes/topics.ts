@@ -29,6 +29,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
   on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const name = body.name;
+    if (name === undefined) throw new NaradError("invalid_topic_name", 'The topic\'s "name" is required: {"name": "orders"}; it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.');
     if (typeof name !== "string" || !TOPIC_NAME_RE.test(name)) {
       throw new NaradError("invalid_topic_name", `Topic name ${shown(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
     }
