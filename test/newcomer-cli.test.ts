@@ -81,3 +81,44 @@ describe("issue 16 item 6: the CLI's first hour", () => {
     }
   });
 });
+
+describe("issue 16 item 9: parent, and child topics from the CLI", () => {
+  let node: RunningNode;
+  before(async () => {
+    node = await startNode();
+  });
+  after(async () => {
+    await node.stop();
+    await removeDir(node.dataDir);
+  });
+
+  it("narad child attach, list and detach work a child topic (only raw HTTP could), and parent is kept by the SDK and topic describe --json (both dropped it)", async () => {
+    const url = ["--url", node.url];
+    for (const t of ["orders", "audit"]) assert.equal((await runNarad(["topic", "create", t, ...url])).code, 0);
+    const attach = await runNarad(["child", "attach", "orders", "audit", "--kind", "delay", "--delay-ms", "250", "--json", ...url]);
+    assert.equal(attach.code, 0, attach.stderr);
+    assert.deepEqual(JSON.parse(attach.stdout), { topic: "audit", kind: "delay", delay_ms: 250 });
+    const list = await runNarad(["child", "list", "orders", "--json", ...url]);
+    assert.deepEqual(JSON.parse(list.stdout), { children: [{ topic: "audit", kind: "delay", delay_ms: 250 }] });
+
+    const c = new Narad({ url: node.url });
+    try {
+      assert.deepEqual((await c.getTopic("audit")).parent, { topic: "orders", kind: "delay" });
+      assert.equal((await c.getTopic("orders")).parent, null);
+    } finally {
+      await c.close();
+    }
+    const described = await runNarad(["topic", "describe", "audit", "--json", ...url]);
+    assert.deepEqual((JSON.parse(described.stdout) as { parent: unknown }).parent, { topic: "orders", kind: "delay" });
+    assert.match((await runNarad(["topic", "describe", "audit", ...url])).stdout, /^parent\s+orders \(delay\)$/m);
+
+    const bad = await runNarad(["child", "attach", "orders", "audit", "--kind", "sideways", ...url]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /^narad: usage: --kind must be one of fanout, delay, replica, remote/);
+    const twice = await runNarad(["child", "attach", "orders", "audit", "--kind", "fanout", ...url]);
+    assert.equal(twice.code, 1);
+    assert.match(twice.stderr, /^narad: child_exists: /);
+    assert.equal((await runNarad(["child", "detach", "orders", "audit", ...url])).code, 0);
+    assert.equal((await runNarad(["child", "list", "orders", ...url])).stdout, "no children\n");
+  });
+});

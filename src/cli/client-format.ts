@@ -32,6 +32,7 @@ export function topicJson(t: Topic): Record<string, unknown> {
     acks: t.acks,
     owner: t.owner,
     children: t.children.map((c) => (c.delayMs === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delayMs })),
+    parent: t.parent,
   };
   if (t.createdAt !== undefined) out.created_at = t.createdAt;
   if (t.placement !== undefined) {
@@ -54,6 +55,7 @@ export function topicDescription(t: Topic): string {
   ];
   if (t.replicationFactor > 1) lines.push(["replication", `${t.replicationFactor} copies, acks ${t.acks}`]);
   if (t.createdAt !== undefined) lines.push(["created", new Date(t.createdAt).toISOString()]);
+  if (t.parent !== null) lines.push(["parent", `${t.parent.topic} (${t.parent.kind})`]);
   lines.push([
     "children",
     t.children.length === 0 ? "-" : t.children.map((c) => `${c.topic} (${c.kind}${c.delayMs !== undefined ? `, ${c.delayMs} ms` : ""})`).join(", "),

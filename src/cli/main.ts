@@ -7,6 +7,7 @@ import { registerClientCommands } from "./client-commands.js";
 import { registerVerifyCommands } from "./verify-commands.js";
 import { registerClusterCommands } from "./cluster-commands.js";
 import { usageExits } from "./client-support.js";
+import { registerChildCommands } from "./child-commands.js";
 
 const program = new Command();
 program
@@ -77,6 +78,7 @@ start.action(async (opts: Record<string, unknown>) => {
 
 registerClientCommands(program);
 registerClusterCommands(program);
+registerChildCommands(program);
 registerVerifyCommands(program);
 // Every command's usage errors are one `narad: usage: …` line and exit 2, as docs/client.md says
 // (commander's own exit 1 was left on server, verify and the program itself).

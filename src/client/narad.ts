@@ -974,6 +974,7 @@ function toTopic(t: TopicJson): Topic {
     acks: t.acks ?? "leader",
     owner: t.owner ?? null,
     children: (t.children ?? []).map(toChild),
+    parent: t.parent == null ? null : { topic: t.parent.topic, kind: t.parent.kind },
     createdAt: t.created_at,
     placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas ?? [p.node], inSync: p.in_sync ?? [p.node] })),
   };

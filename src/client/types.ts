@@ -69,6 +69,8 @@ export interface Topic {
   /** The user who created the topic; null when security is off. */
   owner: string | null;
   children: TopicChild[];
+  /** The topic this one is a child of (attachChild), or null. */
+  parent: { topic: string; kind: TopicChild["kind"] } | null;
   /** Milliseconds since the epoch, when the server reports it. */
   createdAt: number | undefined;
   /** Cluster mode only: which node owns each partition, with its ownership epoch. */
