@@ -47,6 +47,7 @@
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { PartitionStatsJson, TopicStatsJson } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, type ChildJson, type CreateTopicRequest, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
@@ -328,6 +329,36 @@ export class Broker {
 
   getTopic(name: string): TopicInfo {
     return this.topic(name).toJson();
+  }
+
+  /** Backlog, in-flight leases and the oldest unacked age of the topic's open partitions (issue 16 item 12). */
+  async topicStats(name: string): Promise<TopicStatsJson> {
+    const t = this.topic(name);
+    const mono = this.opts.clock.monoMs();
+    const now = this.opts.clock.nowMs();
+    const partitions: PartitionStatsJson[] = [];
+    for (const p of t.open()) {
+      p.expire(mono); // leases past their deadline are not in flight
+      const oldest = await p.oldestUnacked().catch(() => null);
+      partitions.push({ partition: p.index, backlog: p.backlog, in_flight: p.inFlight, oldest_unacked_age_ms: oldest === null ? 0 : Math.max(0, now - oldest.producedAtMs) });
+    }
+    return {
+      backlog: partitions.reduce((s, p) => s + p.backlog, 0),
+      in_flight: partitions.reduce((s, p) => s + p.in_flight, 0),
+      oldest_unacked_age_ms: partitions.reduce((m, p) => Math.max(m, p.oldest_unacked_age_ms), 0),
+      partitions,
+    };
+  }
+
+  /** Settles every durable message of the topic's open partitions; resolves once the ack logs synced it. */
+  async purgeTopic(name: string): Promise<number> {
+    this.assertOpen();
+    const t = this.topic(name);
+    let purged = 0;
+    for (const p of t.open()) purged += p.purge();
+    await Promise.all(t.open().map((p) => p.acks.flushAndSync()));
+    this.log.info({ topic: name, purged }, "topic purged");
+    return purged;
   }
 
   /** 404 topic_not_found unless the topic exists (the check before a produce reads its body). */

@@ -251,6 +251,24 @@ export class Partition {
     return "ok";
   }
 
+  /**
+   * Purge (POST /v1/topics/{t}/purge): every durable message is settled as if acked, leased or
+   * not, by raising the ack floor to the synced offset (one ack-log record; the caller syncs it
+   * before answering). Live leases end: their acks answer 410. Returns how many were unacked.
+   */
+  purge(): number {
+    const upTo = this.log.syncedOffset;
+    const purged = this.backlog;
+    if (upTo > this.acks.floor) this.acks.raiseFloor(upTo);
+    for (const offset of this.leases.keys()) if (offset < upTo) this.leases.delete(offset);
+    for (const offset of this.returned.keys()) if (offset < upTo) this.returned.delete(offset);
+    this.rebuildHeap();
+    if (this.cursor < upTo) this.cursor = upTo;
+    this.ahead.clear();
+    this.oldestMemo = undefined;
+    return purged;
+  }
+
   /** After retention: forget state below the new earliest offset. */
   afterRetention(): void {
     const earliest = this.log.earliestOffset;

@@ -100,6 +100,16 @@ function registerTopic(program: Command): void {
       }),
     );
 
+  leaf(topic, "purge <name>", "settle every message of the topic now, leased or not (admin or its owner)")
+    .option("--json", "print {\"purged\": N} as JSON")
+    .action(
+      clientAction(async (c: Narad, o: Opts, name: string) => {
+        const n = await c.purgeTopic(name);
+        if (o.json) json({ purged: n });
+        else out(`purged ${n} messages from ${name}\n`);
+      }),
+    );
+
   topicOptions(leaf(topic, "update <name>", "raise partitions, change the visibility timeout, retention or acks mode"))
     .option("--acks <mode>", "a replicated topic's acks mode: leader or quorum")
     .option("--json", "print the topic as JSON")

@@ -18,6 +18,8 @@ export type {
   NaradOptions,
   Topic,
   TopicChild,
+  TopicStats,
+  PartitionStats,
   PartitionPlacement,
   CreateTopicOptions,
   UpdateTopicOptions,

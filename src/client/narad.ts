@@ -38,9 +38,11 @@ import {
   type GrantJson,
   type GrantRequest,
   type GrantsResponse,
+  type PartitionStatsJson,
   type PlacementJson,
   type ReplayResponse,
   type TopicJson,
+  type TopicStatsJson,
   type TopicsResponse,
   type UpdateTopicRequest,
   type UpdateUserRequest,
@@ -330,6 +332,16 @@ export class Narad {
     const t = toTopic((await res.body.json()) as TopicJson);
     this.#rememberVisibility(t.name, t.visibilityTimeoutMs);
     return t;
+  }
+
+  /**
+   * Settles every message of the topic now, leased or not (SQS's PurgeQueue; admin or the
+   * topic's owner): resolves with how many were unacked, once that is durable. Leases held end:
+   * their acks answer 410. Messages produced meanwhile may stay. Safe to retry.
+   */
+  async purgeTopic(name: string): Promise<number> {
+    const res = await this.#call("POST", `${this.#topicPath(name)}/purge`, this.#hNone, undefined, "purge topic");
+    return ((await res.body.json()) as { purged: number }).purged;
   }
 
   /** Deletes a topic and its messages. After a NaradAmbiguousError, a retry's 404 means it worked. */
@@ -964,7 +976,8 @@ function parseUrl(url: string): URL {
 }
 
 function toTopic(t: TopicJson): Topic {
-  const x = t as TopicJson & { placement?: PlacementJson[] };
+  const x = t as TopicJson & { placement?: PlacementJson[]; stats?: TopicStatsJson };
+  const partitionStats = (p: PartitionStatsJson) => ({ partition: p.partition, backlog: p.backlog, inFlight: p.in_flight, oldestUnackedAgeMs: p.oldest_unacked_age_ms });
   return {
     name: t.name,
     partitions: t.partitions,
@@ -977,6 +990,7 @@ function toTopic(t: TopicJson): Topic {
     parent: t.parent == null ? null : { topic: t.parent.topic, kind: t.parent.kind },
     createdAt: t.created_at,
     placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas ?? [p.node], inSync: p.in_sync ?? [p.node] })),
+    stats: x.stats === undefined ? undefined : { backlog: x.stats.backlog, inFlight: x.stats.in_flight, oldestUnackedAgeMs: x.stats.oldest_unacked_age_ms, partitions: x.stats.partitions.map(partitionStats) },
   };
 }
 

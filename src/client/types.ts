@@ -75,6 +75,26 @@ export interface Topic {
   createdAt: number | undefined;
   /** Cluster mode only: which node owns each partition, with its ownership epoch. */
   placement: PartitionPlacement[] | undefined;
+  /** getTopic() on a single node: backlog, in-flight leases and oldest unacked age, in all and per partition. */
+  stats: TopicStats | undefined;
+}
+
+export interface PartitionStats {
+  partition: number;
+  /** Unacked durable messages: available, leased or returned. */
+  backlog: number;
+  /** Live leases. */
+  inFlight: number;
+  /** Age of the oldest unacked message (0 when none is unacked). */
+  oldestUnackedAgeMs: number;
+}
+
+/** The partitions' stats and their sums (oldestUnackedAgeMs: the largest). */
+export interface TopicStats {
+  backlog: number;
+  inFlight: number;
+  oldestUnackedAgeMs: number;
+  partitions: PartitionStats[];
 }
 
 export interface CreateTopicOptions {

@@ -119,6 +119,7 @@ export const ERRORS = {
     definite: true,
     message: "The node's storage cannot take this now (the disk is full, or no file descriptor is free); nothing was done. Free space or descriptors and retry.",
   },
+  not_implemented: { status: 501, definite: true, message: "This is not built for this deployment yet; nothing was done." },
   timeout: { status: 504, definite: false, message: "The request took too long; it may or may not have happened." },
   // ---- cluster mode (docs/operations.md, "Cluster") ----
   move_conflict: {

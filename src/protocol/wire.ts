@@ -97,6 +97,25 @@ export interface TopicJson extends TopicSettingsJson, ReplicationJson {
   created_at: number;
 }
 
+/** A partition's delivery state in GET /v1/topics/{t}'s `stats` (docs/api.md). */
+export interface PartitionStatsJson {
+  partition: number;
+  /** Unacked durable messages: available, leased or returned. */
+  backlog: number;
+  /** Live leases. */
+  in_flight: number;
+  /** Age of the oldest unacked message, ms; 0 when none is unacked. */
+  oldest_unacked_age_ms: number;
+}
+
+/** GET /v1/topics/{t}'s `stats`: the partitions' and their sums (the oldest age: their largest). */
+export interface TopicStatsJson {
+  backlog: number;
+  in_flight: number;
+  oldest_unacked_age_ms: number;
+  partitions: PartitionStatsJson[];
+}
+
 /** One partition's entry of a cluster topic's `placement`. */
 export interface PlacementJson {
   partition: number;

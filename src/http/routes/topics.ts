@@ -63,7 +63,15 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
         .map((t) => topicAnswer(t, users)),
     }),
   );
-  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, topicAnswer(await svc.getTopic(topicParam(p)), users)));
+  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => {
+    const name = topicParam(p);
+    const topic = topicAnswer(await svc.getTopic(name), users);
+    sendJson(res, 200, svc.topicStats === undefined ? topic : { ...topic, stats: await svc.topicStats(name) });
+  });
+  on("POST", "/v1/topics/:topic/purge", "manage", async (_req, res, p) => {
+    if (svc.purgeTopic === undefined) throw new NaradError("not_implemented", "Purge is not built for a cluster yet; nothing was purged.");
+    sendJson(res, 200, { purged: await svc.purgeTopic(topicParam(p)) });
+  });
   on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
