@@ -9,6 +9,7 @@
 // control plane closed last, which releases the lease so the other nodes route around at once.
 
 import { mkdir, access, constants, rm } from "node:fs/promises";
+import { devLogDestination } from "./platform/dev-log.js";
 import type { Server } from "node:http";
 import { resolve } from "node:path";
 import { pino, type Logger } from "pino";
@@ -112,7 +113,9 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
     throw new StartupError(`data directory ${dataDir} cannot be locked: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
 
-  const logger = pino({ level: String(cfg.log_level), base: undefined }, pino.destination({ fd: 2, sync: false }));
+  // --dev on a terminal: lines for people (src/platform/dev-log.ts); JSON everywhere else.
+  const logDestination = dev && process.stderr.isTTY ? devLogDestination(process.stderr) : pino.destination({ fd: 2, sync: false });
+  const logger = pino({ level: String(cfg.log_level), base: undefined }, logDestination);
   let identity;
   try {
     identity = await loadIdentity(dataDir, nodeIdWanted, cfg.new_identity === true);

@@ -45,6 +45,11 @@ export interface RouteDeps {
   svc: Service;
   nodeId: string;
   bootId: string;
+  /**
+   * One audit line (module "audit", docs/operations.md "Logs") for a change of topics, users or
+   * grants: what, by whom, on what. Never a password. They left no line at all.
+   */
+  audit: (ctx: Ctx, action: string, fields: Record<string, unknown>) => void;
 }
 
 export function publicRoutes(router: Router, svc: Service, authenticator: Authenticator | undefined): On {

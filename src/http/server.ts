@@ -153,7 +153,9 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   let ready = false;
   let drained: (() => void) | undefined;
 
-  const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId };
+  const auditLog = opts.logger.child({ module: "audit" });
+  const audit: RouteDeps["audit"] = (ctx, action, fields) => auditLog.info({ action, by: ctx.principal?.name ?? null, ...fields }, action);
+  const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId, audit };
   opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()), opts.notReady ?? (() => null));
   topicRoutes(deps, opts.users);
   messageRoutes(deps);

@@ -25,7 +25,7 @@ export function topicAnswer(t: TopicInfo, users: UserStoreApi): TopicJson {
   return { ...json, owner: owned ? json.owner : null };
 }
 
-export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
+export function topicRoutes({ on, svc, audit }: RouteDeps, users: UserStoreApi): void {
   on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const name = body.name;
@@ -53,6 +53,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       },
       ctx.principal === null ? null : { name: ctx.principal.name, id: ctx.principal.id },
     );
+    audit(ctx, "topic.create", { topic: name, partitions: topic.partitions });
     sendJson(res, 201, topicAnswer(topic, users));
   });
   on("GET", "/v1/topics", "user", (_req, res, _p, _q, ctx) =>
@@ -68,11 +69,14 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
     const topic = topicAnswer(await svc.getTopic(name), users);
     sendJson(res, 200, svc.topicStats === undefined ? topic : { ...topic, stats: await svc.topicStats(name) });
   });
-  on("POST", "/v1/topics/:topic/purge", "manage", async (_req, res, p) => {
+  on("POST", "/v1/topics/:topic/purge", "manage", async (_req, res, p, _q, ctx) => {
     if (svc.purgeTopic === undefined) throw new NaradError("not_implemented", "Purge is not built for a cluster yet; nothing was purged.");
-    sendJson(res, 200, { purged: await svc.purgeTopic(topicParam(p)) });
+    const topic = topicParam(p);
+    const purged = await svc.purgeTopic(topic);
+    audit(ctx, "topic.purge", { topic, purged });
+    sendJson(res, 200, { purged });
   });
-  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p) => {
+  on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p, _q, ctx) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     onlyFields(body, ["partitions", "visibility_timeout_ms", "retention_ms", "acks"]);
@@ -82,10 +86,13 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
       retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
     });
+    audit(ctx, "topic.update", { topic: name, change: body });
     sendJson(res, 200, topicAnswer(topic, users));
   });
-  on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
-    await svc.deleteTopic(topicParam(p));
+  on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p, _q, ctx) => {
+    const topic = topicParam(p);
+    await svc.deleteTopic(topic);
+    audit(ctx, "topic.delete", { topic });
     sendEmpty(res, 204);
   });
 
@@ -128,11 +135,14 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       ...(url !== undefined ? { url } : {}),
       ...(credentials !== undefined ? { credentials } : {}),
     }, ctx.req);
+    audit(ctx, "child.attach", { topic: parent, child, kind, ...(url !== undefined ? { url } : {}) });
     sendJson(res, 201, link);
   });
   on("GET", "/v1/topics/:topic/children", "see", async (_req, res, p) => sendJson(res, 200, { children: await svc.listChildren(topicParam(p)) }));
   on("DELETE", "/v1/topics/:topic/children/:child", "manage", async (_req, res, p, _q, ctx) => {
-    await svc.detachChild(topicParam(p), p.child ?? "", ctx.req);
+    const topic = topicParam(p);
+    await svc.detachChild(topic, p.child ?? "", ctx.req);
+    audit(ctx, "child.detach", { topic, child: p.child ?? "" });
     sendEmpty(res, 204);
   });
 }
