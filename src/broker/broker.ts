@@ -53,6 +53,7 @@ import { DEFAULTS, type ChildJson, type CreateTopicRequest, type UpdateTopicRequ
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
 import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
+import { decodeAttrs, encodeAttrs } from "../storage/attrs.js";
 import type { StorageFs } from "../storage/index.js";
 import { ChildLinks } from "./child-links.js";
 import { NO_REMOTE_SINK, type ChildLink, type RemoteSink } from "./children.js";
@@ -182,11 +183,40 @@ export interface Delivery {
   /** Cluster mode: the owner that holds the lease, when it is another node. */
   owner?: string;
   ownerBoot?: string;
+  /** The message's headers, when it has any. */
+  headers?: readonly (readonly [string, string])[];
 }
 
 export interface ProduceItem {
   key: string | null;
   payload: Buffer;
+  /** The message's headers (src/storage/attrs.ts tag 3), stored with the record. */
+  headers?: readonly (readonly [string, string])[];
+  /** Not delivered before this long after it is stored (tag 4, notBefore: the owner's clock). */
+  delayMs?: number;
+}
+
+/** Produce items as records, with their attribute block when they have headers or a delay. */
+function toAppendInputs(items: readonly ProduceItem[], nowMs: number): { key: Buffer | null; payload: Buffer; attrs?: Buffer }[] {
+  return items.map((it) => {
+    const key = it.key === null ? null : Buffer.from(it.key, "utf8");
+    if (it.headers === undefined && it.delayMs === undefined) return { key, payload: it.payload };
+    const attrs = encodeAttrs({
+      ...(it.headers !== undefined ? { headers: it.headers } : {}),
+      ...(it.delayMs !== undefined ? { notBeforeMs: nowMs + it.delayMs } : {}),
+    });
+    return attrs === null ? { key, payload: it.payload } : { key, payload: it.payload, attrs };
+  });
+}
+
+/** tryConsume: takes again after holding back delayed messages, at most this many times a call. */
+const DEFER_ROUNDS_MAX = 16;
+
+/** A record's headers and not-before time, from its attribute block (none when it has no block, or a damaged one). */
+export function recordAttrs(r: StoredRecord): { headers?: readonly (readonly [string, string])[]; notBeforeMs?: number } {
+  if (r.attrs === undefined) return {};
+  const a = decodeAttrs(r.attrs);
+  return typeof a === "string" ? {} : a;
 }
 
 export type SettleAction = "ack" | "extend" | "nack";
@@ -526,7 +556,7 @@ export class Broker {
     }
     const results = await this.appendGroups(
       t,
-      items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
+      toAppendInputs(items, this.opts.clock.nowMs()),
       new Map([[partition, items.map((_, i) => i)]]),
     );
     if (!this.faults.ownsAfterWrite(this.owns(t, p))) {
@@ -547,7 +577,7 @@ export class Broker {
     }
     const results = await this.appendTo(
       t,
-      items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload })),
+      toAppendInputs(items, this.opts.clock.nowMs()),
     );
     if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
     this.metrics.produced.inc({ topic: topicName }, items.length);
@@ -667,9 +697,29 @@ export class Broker {
     w.resolve(d);
   }
 
+  /** When a held-back delayed message of each topic is next due (a timer is set for it then). */
+  private readonly dueWakes = new WeakMap<Topic, { atMono: number; timer: Timer }>();
+
+  /** Wakes the topic's long polls when its next delayed message comes due, in `inMs`. */
+  private wakeWhenDue(t: Topic, inMs: number): void {
+    const at = this.opts.clock.monoMs() + Math.max(0, inMs);
+    const w = this.dueWakes.get(t);
+    if (w !== undefined && w.atMono <= at) return; // one set for earlier already
+    w?.timer.cancel();
+    const timer = this.scheduler.after(Math.max(1, inMs), () => {
+      this.dueWakes.delete(t);
+      if (!t.deleted) this.wake(t);
+    });
+    this.dueWakes.set(t, { atMono: at, timer });
+  }
+
   /** Serves waiting long polls in arrival order while messages are available. */
   private wake(t: Topic): void {
     if (t.waiters.length === 0) return;
+    const wall = this.opts.clock.nowMs();
+    let nextDue = Infinity;
+    for (const p of t.open()) nextDue = Math.min(nextDue, p.releaseDue(wall));
+    if (nextDue !== Infinity) this.wakeWhenDue(t, nextDue - wall);
     if (t.serving) {
       t.serveAgain = true;
       return;
@@ -712,8 +762,28 @@ export class Broker {
     if (d.length > 0) this.wake(t);
   }
 
+  /** Delayed messages held back by this broker so far (tryConsume takes again after any). */
+  private deferrals = 0;
+
+  /**
+   * Leases up to `max`: a take that met delayed messages not yet due held them back, so it takes
+   * again (up to DEFER_ROUNDS_MAX times) for what lies behind them, rather than answer empty.
+   */
   private async tryConsume(t: Topic, max: number): Promise<Delivery[]> {
+    let out: Delivery[] = [];
+    for (let round = 0; round < DEFER_ROUNDS_MAX && out.length < max; round++) {
+      const before = this.deferrals;
+      const d = await this.tryConsumeOnce(t, max - out.length);
+      out = out.length === 0 ? d : out.concat(d);
+      if (this.deferrals === before) break;
+    }
+    return out;
+  }
+
+  private async tryConsumeOnce(t: Topic, max: number): Promise<Delivery[]> {
     const now = this.opts.clock.monoMs();
+    const wall = this.opts.clock.nowMs();
+    let nextDue = Infinity;
     const vt = this.faults.leaseMs(t.meta.visibility_timeout_ms);
     const n = t.partitions.length;
     if (n === 0) return [];
@@ -725,6 +795,7 @@ export class Broker {
       const p = t.partitions[(start + i) % n];
       if (p === undefined || !this.owns(t, p)) continue;
       p.expire(now);
+      nextDue = Math.min(nextDue, p.releaseDue(wall));
       const taken = p.take(max - got, now, vt);
       if (taken.length > 0) {
         takenBy.push({ p, taken });
@@ -755,6 +826,12 @@ export class Broker {
           p.acks.ack(x.offset);
         } else if (out.length + keep.length > 0 && budget - r.payload.length < 0) {
           p.release(x.offset, x.tag, false); // over this answer's byte budget: next time
+        } else if (r.attrs !== undefined && (recordAttrs(r).notBeforeMs ?? 0) > wall) {
+          // A delayed message read before its time: held back until due (a restart reads it again).
+          const due = recordAttrs(r).notBeforeMs!;
+          p.defer(x.offset, x.tag, due);
+          this.deferrals++;
+          nextDue = Math.min(nextDue, due);
         } else {
           budget -= r.payload.length;
           keep.push(x);
@@ -765,9 +842,12 @@ export class Broker {
         keep.map((x) => ({ partition: p.index, offset: x.offset, tag: x.tag })),
       );
       keep.forEach((x, i) => {
-        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record: records.get(x.offset)! });
+        const record = records.get(x.offset)!;
+        const headers = record.attrs === undefined ? undefined : recordAttrs(record).headers;
+        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record, ...(headers !== undefined ? { headers } : {}) });
       });
     }
+    if (nextDue !== Infinity) this.wakeWhenDue(t, nextDue - wall);
     const redeliveries = out.filter((d) => d.deliveryCount > 1).length;
     this.metrics.consumed.inc({ topic: t.meta.name }, out.length);
     if (redeliveries > 0) this.metrics.redelivered.inc({ topic: t.meta.name }, redeliveries);

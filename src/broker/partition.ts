@@ -17,6 +17,13 @@ import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
 import { MinHeap } from "../platform/heap.js";
 import { READ_AHEAD_BYTES, READ_AHEAD_RECORDS, readAheadPool, type ReadAheadPool } from "./read-ahead.js";
 
+/**
+ * Delayed messages read before their time and held back, per partition, at most (issue 16 item
+ * 13). At the limit fresh messages wait behind them until the earliest comes due: a bound on
+ * memory, since the delay itself is in the record and survives a restart.
+ */
+export const DEFERRED_PER_PARTITION_MAX = 10_000;
+
 /** oldestUnacked(): acked offsets above the floor skipped, at most. */
 const OLDEST_SCAN_MAX = 1024;
 /** oldestUnacked(): bytes read for the one record (a message is at most 1 MiB). */
@@ -41,6 +48,11 @@ export class Partition {
   private cursor: number;
   private readonly leases = new Map<number, Lease>();
   private readonly returned = new Map<number, number>();
+  /**
+   * Delayed messages taken before their time: offset → when they are due (ms since the epoch,
+   * the record's notBefore) and their delivery count so far. Not handed out until due.
+   */
+  private readonly deferred = new Map<number, { dueMs: number; count: number }>();
   /** Records that failed their checksum: never served (reported in the log at read time). */
   private readonly unreadable = new Set<number>();
   /**
@@ -169,7 +181,7 @@ export class Partition {
       out.push(this.lease(offset, count + 1, deadlineMs));
       this.counts.redelivered++;
     }
-    while (out.length < max) {
+    while (out.length < max && this.deferred.size < DEFERRED_PER_PARTITION_MAX) {
       this.skipSettledFresh();
       if (this.cursor >= this.log.syncedOffset) break;
       const offset = this.cursor++;
@@ -185,6 +197,31 @@ export class Partition {
     this.leases.set(offset, { tag, deadlineMs, deliveryCount });
     this.heap.push(deadlineMs, offset, tag);
     return { offset, tag, deliveryCount };
+  }
+
+  /**
+   * Holds back a message taken before its delay ended (`dueMs`, ms since the epoch): its lease is
+   * undone and it is offered again once releaseDue() sees it due.
+   */
+  defer(offset: number, tag: number, dueMs: number): void {
+    const lease = this.leases.get(offset);
+    if (lease === undefined || lease.tag !== tag) return;
+    this.leases.delete(offset);
+    this.counts.delivered--;
+    this.deferred.set(offset, { dueMs, count: lease.deliveryCount - 1 });
+  }
+
+  /** Makes held-back messages whose time came available; returns when the next one is due (Infinity: none). */
+  releaseDue(wallMs: number): number {
+    if (this.deferred.size === 0) return Infinity;
+    let next = Infinity;
+    for (const [offset, d] of this.deferred) {
+      if (d.dueMs <= wallMs) {
+        this.deferred.delete(offset);
+        this.returned.set(offset, d.count);
+      } else if (d.dueMs < next) next = d.dueMs;
+    }
+    return next;
   }
 
   /** Undoes a lease the caller could not serve. Unreadable records are never offered again. */
@@ -262,6 +299,7 @@ export class Partition {
     if (upTo > this.acks.floor) this.acks.raiseFloor(upTo);
     for (const offset of this.leases.keys()) if (offset < upTo) this.leases.delete(offset);
     for (const offset of this.returned.keys()) if (offset < upTo) this.returned.delete(offset);
+    for (const offset of this.deferred.keys()) if (offset < upTo) this.deferred.delete(offset);
     this.rebuildHeap();
     if (this.cursor < upTo) this.cursor = upTo;
     this.ahead.clear();
@@ -275,6 +313,7 @@ export class Partition {
     this.acks.raiseFloor(earliest);
     for (const offset of this.leases.keys()) if (offset < earliest) this.leases.delete(offset);
     for (const offset of this.returned.keys()) if (offset < earliest) this.returned.delete(offset);
+    for (const offset of this.deferred.keys()) if (offset < earliest) this.deferred.delete(offset);
     for (const offset of this.unreadable) if (offset < earliest) this.unreadable.delete(offset);
     if (this.cursor < earliest) this.cursor = earliest;
     this.ahead.clear();

@@ -144,12 +144,24 @@ function registerProduce(program: Command): void {
   leaf(program, "produce <topic> [message]", "produce one message: the argument, --file, or stdin; prints partition and offset")
     .option("--key <key>", "message key: the same key goes to the same partition")
     .option("--file <path>", "read the message bytes from a file (- is stdin)")
+    .option("--delay-ms <ms>", "not delivered before this many ms after it is stored (0..7 days)", intArg("--delay-ms"))
+    .option("--header <name=value>", "a header stored with the message (repeat for more)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print {\"partition\", \"offset\"} as JSON")
     .action(
       clientAction(async (c: Narad, o: Opts, topic: string, message: string | undefined) => {
         if (message !== undefined && o.file !== undefined) throw new UsageError("give either MESSAGE or --file, not both");
+        let headers: Record<string, string> | undefined;
+        for (const h of (o.header as string[] | undefined) ?? []) {
+          const eq = h.indexOf("=");
+          if (eq <= 0) throw new UsageError(`--header ${JSON.stringify(h)} is not NAME=VALUE`);
+          (headers ??= {})[h.slice(0, eq)] = h.slice(eq + 1);
+        }
         const payload = message !== undefined ? Buffer.from(message, "utf8") : await readPayload(o.file as string | undefined);
-        const r = await c.produce(topic, payload, { key: o.key as string | undefined });
+        const r = await c.produce(topic, payload, {
+          key: o.key as string | undefined,
+          ...(headers !== undefined ? { headers } : {}),
+          ...(o.delayMs !== undefined ? { delayMs: o.delayMs as number } : {}),
+        });
         if (o.json) json({ partition: r.partition, offset: r.offset });
         else out(`partition ${r.partition} offset ${r.offset}\n`);
       }),

@@ -101,6 +101,7 @@ export function messageJson(m: Message, acked: boolean): string {
     owner: m.owner,
     owner_boot: m.ownerBoot,
     acked,
+    headers: m.headers,
     payload_base64: m.payload.toString("base64"),
   };
   const text = asUtf8(m.payload);
@@ -114,6 +115,8 @@ export function replayedJson(m: ReplayedMessage): string {
     offset: m.offset,
     key: m.key,
     produced_at: m.producedAt,
+    headers: m.headers,
+    ...(m.notBefore !== undefined ? { not_before: m.notBefore } : {}),
     payload_base64: m.payload.toString("base64"),
   };
   const text = asUtf8(m.payload);

@@ -26,6 +26,8 @@ export type {
   ProduceResult,
   Produced,
   ProduceMessage,
+  ProduceOptions,
+  MessageHeaders,
   AttachChildOptions,
   ReplayedMessage,
   ReplayPage,

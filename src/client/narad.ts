@@ -69,7 +69,9 @@ import type {
   GrantAction,
   NaradOptions,
   PartitionMove,
+  MessageHeaders,
   ProduceMessage,
+  ProduceOptions,
   ProduceResult,
   Produced,
   ReplayPage,
@@ -130,6 +132,8 @@ export class Message {
     readonly owner: string | null,
     /** Boot id of that node: it changes at every process start. */
     readonly ownerBoot: string | null,
+    /** The message's headers, as produced ({} when none). */
+    readonly headers: MessageHeaders = {},
   ) {
     this.#client = client;
   }
@@ -389,11 +393,15 @@ export class Narad {
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
-  async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<Produced> {
+  async produce(topic: string, payload: Uint8Array | string, opts: ProduceOptions = {}): Promise<Produced> {
     checkMessage(payload, opts.key, "produce");
     const tp = this.#topicPath(topic);
-    const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
-    const res = await this.#call("POST", path, this.#hOctet, payload, "produce");
+    let path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
+    if (opts.delayMs !== undefined) path += `${opts.key == null ? "?" : "&"}delay_ms=${opts.delayMs}`;
+    // Headers ride in one request header as JSON, every character past ASCII \u-escaped (header
+    // values are Latin-1 on the wire).
+    const h = opts.headers === undefined ? this.#hOctet : { ...this.#hOctet, [HEADERS.messageHeaders]: asciiJson(opts.headers) };
+    const res = await this.#call("POST", path, h, payload, "produce");
     // The parsed body is the result: the owner's two fields go on it, no second object.
     const r = (await res.body.json()) as Produced;
     r.owner = header(res.headers, HEADERS.owner) ?? header(res.headers, HEADERS.node) ?? null;
@@ -422,11 +430,15 @@ export class Narad {
     const path = `${this.#topicPath(topic)}/messages/batch`;
     let res: Dispatcher.ResponseData;
     try {
-      if (opts.encoding === "json") {
+      // The binary encoding carries key and payload only: headers or a delay go as JSON.
+      if (opts.encoding === "json" || messages.some((m) => m.headers !== undefined || m.delayMs !== undefined)) {
         const body: BatchProduceRequest = {
           messages: messages.map((m) => {
             const payload_base64 = toBuffer(m.payload).toString("base64");
-            return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
+            const j: BatchProduceRequest["messages"][number] & { headers?: MessageHeaders; delay_ms?: number } = m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
+            if (m.headers !== undefined) j.headers = m.headers;
+            if (m.delayMs !== undefined) j.delay_ms = m.delayMs;
+            return j;
           }),
         };
         const text = JSON.stringify(body);
@@ -482,6 +494,7 @@ export class Narad {
       header(h, HEADERS.receiptHandle) ?? "",
       header(h, HEADERS.owner) ?? header(h, HEADERS.node) ?? null,
       header(h, HEADERS.ownerBoot) ?? header(h, HEADERS.boot) ?? null,
+      parseHeaders(header(h, HEADERS.messageHeaders)),
     );
   }
 
@@ -519,6 +532,7 @@ export class Narad {
         m.receipt_handle,
         x.owner ?? owner,
         x.owner_boot ?? ownerBoot,
+        m.headers ?? {},
       );
     });
   }
@@ -785,6 +799,8 @@ export class Narad {
           key: m.key ?? null,
           producedAt: m.produced_at,
           payload: Buffer.from(m.payload_base64, "base64"),
+          headers: (m as { headers?: MessageHeaders }).headers ?? {},
+          ...((m as { not_before?: number }).not_before !== undefined ? { notBefore: (m as { not_before?: number }).not_before } : {}),
         }),
       ),
       nextOffset: body.next_offset,
@@ -1012,6 +1028,22 @@ function checkMessage(payload: Uint8Array | string, key: string | null | undefin
 function checkBatchBody(bytes: number): void {
   if (bytes > LIMITS.batchBodyBytesMax) {
     throw refusedBeforeSending("batch_too_large", `produce batch: the request body would be ${bytes} bytes, over the ${LIMITS.batchBodyBytesMax}-byte limit`);
+  }
+}
+
+/** Headers as one ASCII header value: JSON, every character past ASCII \u-escaped. */
+function asciiJson(h: MessageHeaders): string {
+  return JSON.stringify(h).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** A consume's Narad-Headers ({} when absent or not an object of strings). */
+function parseHeaders(raw: string | undefined): MessageHeaders {
+  if (raw === undefined) return {};
+  try {
+    const v = JSON.parse(raw) as unknown;
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as MessageHeaders) : {};
+  } catch {
+    return {};
   }
 }
 

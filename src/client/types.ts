@@ -134,9 +134,23 @@ export interface Produced extends ProduceResult {
   ownerBoot: string | null;
 }
 
+/** A message's own string attributes, stored with it and returned on consume and replay (docs/api.md, "Headers"). */
+export type MessageHeaders = Record<string, string>;
+
 export interface ProduceMessage {
   payload: Uint8Array | string;
   key?: string;
+  /** Stored with the message; a batch with any goes as JSON (the binary encoding has none). */
+  headers?: MessageHeaders;
+  /** Not delivered before this many ms after it is stored (0..7 days). */
+  delayMs?: number;
+}
+
+export interface ProduceOptions {
+  key?: string;
+  headers?: MessageHeaders;
+  /** Not delivered before this many ms after it is stored (0..7 days). */
+  delayMs?: number;
 }
 
 export interface ReplayedMessage {
@@ -145,6 +159,10 @@ export interface ReplayedMessage {
   key: string | null;
   producedAt: number;
   payload: Buffer;
+  /** Its headers ({} when none). */
+  headers: MessageHeaders;
+  /** A delayed message: when it may first be delivered (ms since the epoch). */
+  notBefore?: number;
 }
 
 export interface ReplayPage {

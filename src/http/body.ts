@@ -8,7 +8,7 @@ import type { IncomingMessage } from "node:http";
 import type { ProduceItem } from "../broker/broker.js";
 import { NaradError, type ErrorCode } from "../protocol/errors.js";
 import { BATCH_BINARY_TYPE, decodeBinaryBatch, LIMITS } from "../protocol/wire.js";
-import { asObject, checkKey, isBase64 } from "./params.js";
+import { asObject, checkKey, isBase64, parseDelayMs, parseMessageHeaders } from "./params.js";
 
 export class BodyTooLarge extends NaradError {
   constructor(code: ErrorCode, message: string) {
@@ -88,7 +88,7 @@ export async function readJson(req: IncomingMessage, limitBytes: number, also?: 
 /** A produce batch's messages, from a JSON or a binary body (by Content-Type). */
 export async function readBatch(req: IncomingMessage): Promise<ProduceItem[]> {
   const type = mediaType(req);
-  let items: { key: string | null; payload: Buffer }[];
+  let items: ProduceItem[];
   if (type === BATCH_BINARY_TYPE) {
     const decoded = decodeBinaryBatch(await readBodyChunks(req, LIMITS.batchBodyBytesMax, "batch_too_large"));
     if (typeof decoded === "string") throw new NaradError("bad_request", `The binary batch is malformed: ${decoded}.`);
@@ -106,7 +106,12 @@ export async function readBatch(req: IncomingMessage): Promise<ProduceItem[]> {
       if (o.key !== undefined && o.key !== null && typeof o.key !== "string") throw new NaradError("invalid_argument", `messages[${i}].key must be a string.`);
       const key = (o.key as string | null | undefined) ?? null;
       checkKey(key, `messages[${i}].key`);
-      return { key, payload: Buffer.from(o.payload_base64, "base64") };
+      const headers = parseMessageHeaders(o.headers, `messages[${i}].headers`);
+      const delayMs = parseDelayMs(o.delay_ms, `messages[${i}].delay_ms`);
+      const item: ProduceItem = { key, payload: Buffer.from(o.payload_base64, "base64") };
+      if (headers !== undefined) item.headers = headers;
+      if (delayMs !== undefined) item.delayMs = delayMs;
+      return item;
     });
   }
   if (items.length === 0) throw new NaradError("invalid_argument", "The batch has no messages.");

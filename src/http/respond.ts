@@ -6,7 +6,7 @@
 // error table (src/protocol/errors.ts).
 
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Delivery, ReplayResult } from "../broker/broker.js";
+import { recordAttrs, type Delivery, type ReplayResult } from "../broker/broker.js";
 import type { SettleOutcome } from "../broker/service.js";
 import { NaradError } from "../protocol/errors.js";
 import { DELIVERIES_TYPE, encodeDeliveries, HEADERS, type ConsumedMessageJson } from "../protocol/wire.js";
@@ -69,12 +69,17 @@ export function sendDeliveries(res: ServerResponse, ds: readonly Delivery[], nod
 /** A replay page as its JSON answer. */
 export function sendReplay(res: ServerResponse, r: ReplayResult): void {
   sendJson(res, 200, {
-    messages: r.records.map((x) => ({
-      offset: x.offset,
-      key: x.key === null ? null : x.key.toString("utf8"),
-      produced_at: x.producedAtMs,
-      payload_base64: x.payload.toString("base64"),
-    })),
+    messages: r.records.map((x) => {
+      const m = {
+        offset: x.offset,
+        key: x.key === null ? null : x.key.toString("utf8"),
+        produced_at: x.producedAtMs,
+        payload_base64: x.payload.toString("base64"),
+      };
+      if (x.attrs === undefined) return m;
+      const a = recordAttrs(x);
+      return { ...m, ...(a.headers !== undefined ? { headers: Object.fromEntries(a.headers) } : {}), ...(a.notBeforeMs !== undefined ? { not_before: a.notBeforeMs } : {}) };
+    }),
     next_offset: r.nextOffset,
     earliest_offset: r.earliestOffset,
     end_offset: r.endOffset,
@@ -94,6 +99,7 @@ export function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): Co
     payload_base64: r.payload.toString("base64"),
     owner,
     owner_boot: ownerBoot,
+    ...(d.headers !== undefined ? { headers: Object.fromEntries(d.headers) } : {}),
   };
 }
 

@@ -32,6 +32,12 @@ export const ERRORS = {
     definite: true,
     message: "This child cannot be attached: a child has one parent and no children of its own.",
   },
+  invalid_headers: {
+    status: 400,
+    definite: true,
+    message: "Message headers are a JSON object of strings: at most 16, names matching ^[A-Za-z0-9][A-Za-z0-9._-]*$ up to 64 bytes, values up to 1024 bytes, 4096 bytes in all.",
+  },
+  invalid_delay: { status: 400, definite: true, message: "delay_ms is an integer from 0 to 604800000 (7 days)." },
   invalid_receipt_handle: {
     status: 400,
     definite: true,

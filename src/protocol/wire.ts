@@ -33,6 +33,15 @@ export const LIMITS = {
   keyBytesMax: 4096,
   /** Copies of each partition a topic may keep (SPEC "Replicated partitions"). */
   replicationFactorMax: 5,
+  /** A message's headers (issue 16 item 13): at most this many, names and values bounded. */
+  headersMax: 16,
+  /** Header names match HEADER_NAME_RE, at most this many bytes. */
+  headerNameBytesMax: 64,
+  headerValueBytesMax: 1024,
+  /** Names and values of one message's headers together. */
+  headersBytesMax: 4096,
+  /** A per-message delay (?delay_ms=, "delay_ms"): 0 to 7 days. */
+  delayMsMax: 7 * 24 * 3600 * 1000,
 } as const;
 
 export const DEFAULTS = {
@@ -43,6 +52,9 @@ export const DEFAULTS = {
   ackFlushIntervalMs: 100,
   ackSyncIntervalMs: 1000,
 } as const;
+
+/** Names of a message's headers. */
+export const HEADER_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
 export const HEADERS = {
   node: "narad-node",
@@ -55,6 +67,8 @@ export const HEADERS = {
   producedAt: "narad-produced-at",
   owner: "narad-owner",
   ownerBoot: "narad-owner-boot",
+  /** A message's own headers, as a JSON object of strings (ASCII: other characters \u-escaped). */
+  messageHeaders: "narad-headers",
 } as const;
 
 /** Content type of the compact binary batch produce encoding (see docs/api.md). */
@@ -160,6 +174,8 @@ export interface ConsumedMessageJson {
   /** The partition's owner that holds the lease, and its boot id. */
   owner: string;
   owner_boot: string;
+  /** The message's headers, when it has any. */
+  headers?: Record<string, string>;
 }
 
 export interface AckBatchRequest {
