@@ -2,12 +2,13 @@
 // create without a name said "Topic name undefined is not valid"; topic create took text/plain
 // while a batch answered 415 for it; a refused start without --dev left ./narad-data/ behind.
 
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { mkdir, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
+import { removeDir, runNarad, tempDir } from "./harness.js";
+import { nodeForSuite } from "./support/suite-node.js";
 
 async function post(url: string, body: string, contentType?: string): Promise<{ status: number; body: { error?: { code: string; message: string } } }> {
   const r = await fetch(url, { method: "POST", body, headers: contentType === undefined ? {} : { "content-type": contentType } });
@@ -16,17 +17,10 @@ async function post(url: string, body: string, contentType?: string): Promise<{ 
 }
 
 describe("issue 16 item 10: topic create and JSON bodies", () => {
-  let node: RunningNode;
-  before(async () => {
-    node = await startNode();
-  });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
-  });
+  const suite = nodeForSuite();
 
   it("POST /v1/topics with {} says the name is required (it said \"Topic name undefined is not valid\")", async () => {
-    const r = await post(`${node.url}/v1/topics`, "{}", "application/json");
+    const r = await post(`${suite.node.url}/v1/topics`, "{}", "application/json");
     assert.equal(r.status, 400);
     assert.equal(r.body.error?.code, "invalid_topic_name");
     assert.match(r.body.error!.message, /"name" is required/);
@@ -37,12 +31,12 @@ describe("issue 16 item 10: topic create and JSON bodies", () => {
     const batch = JSON.stringify({ messages: [{ payload_base64: Buffer.from("hi").toString("base64") }] });
     // What curl -d (form), fetch with a string (text/plain) and JSON clients send: all read as JSON.
     for (const [i, type] of [undefined, "application/json", "application/json; charset=utf-8", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded"].entries()) {
-      assert.equal((await post(`${node.url}/v1/topics`, JSON.stringify({ name: `ct${i}`, partitions: 1 }), type)).status, 201, String(type));
-      assert.equal((await post(`${node.url}/v1/topics/ct${i}/messages/batch`, batch, type)).status, 202, String(type));
+      assert.equal((await post(`${suite.node.url}/v1/topics`, JSON.stringify({ name: `ct${i}`, partitions: 1 }), type)).status, 201, String(type));
+      assert.equal((await post(`${suite.node.url}/v1/topics/ct${i}/messages/batch`, batch, type)).status, 202, String(type));
     }
     // Another encoding named: 415 on both, naming JSON.
     for (const path of ["/v1/topics", "/v1/topics/ct0/messages/batch"]) {
-      const r = await post(`${node.url}${path}`, JSON.stringify({ name: "xml" }), "application/xml");
+      const r = await post(`${suite.node.url}${path}`, JSON.stringify({ name: "xml" }), "application/xml");
       assert.equal(r.status, 415, path);
       assert.equal(r.body.error?.code, "unsupported_media_type");
       assert.match(r.body.error!.message, /application\/json/);

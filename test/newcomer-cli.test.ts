@@ -3,27 +3,23 @@
 // errors exiting 1 or 2 depending on the command, a 401 that did not say how to log in.
 
 import { after, before, describe, it } from "node:test";
+import { nodeForSuite } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { Narad } from "../src/client/index.js";
-import { NARAD_BIN, REPO_ROOT, removeDir, runNarad, startNode, tempDir, type RunningNode } from "./harness.js";
+import { NARAD_BIN, REPO_ROOT, removeDir, runNarad, startNode, tempDir } from "./harness.js";
 
 describe("issue 16 item 6: the CLI's first hour", () => {
-  let node: RunningNode;
+  const suite = nodeForSuite();
   before(async () => {
-    node = await startNode();
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     await c.createTopic({ name: "many", partitions: 1 });
     await c.produceBatch("many", Array.from({ length: 5000 }, (_, i) => ({ payload: `line ${i} ${"x".repeat(40)}` })));
     await c.close();
   });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
-  });
 
   it("narad replay piped into a reader that leaves (head) exits 0 quietly (it crashed with an EPIPE stack trace)", async () => {
-    const p = spawn(process.execPath, [NARAD_BIN, "replay", "many", "--partition", "0", "--url", node.url], { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    const p = spawn(process.execPath, [NARAD_BIN, "replay", "many", "--partition", "0", "--url", suite.node.url], { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] });
     let stderr = "";
     p.stderr.on("data", (b: Buffer) => (stderr += b.toString("utf8")));
     // Like `head -1`: read the first chunk, then close the pipe.
@@ -83,17 +79,10 @@ describe("issue 16 item 6: the CLI's first hour", () => {
 });
 
 describe("issue 16 item 9: parent, and child topics from the CLI", () => {
-  let node: RunningNode;
-  before(async () => {
-    node = await startNode();
-  });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
-  });
+  const suite = nodeForSuite();
 
   it("narad child attach, list and detach work a child topic (only raw HTTP could), and parent is kept by the SDK and topic describe --json (both dropped it)", async () => {
-    const url = ["--url", node.url];
+    const url = ["--url", suite.node.url];
     for (const t of ["orders", "audit"]) assert.equal((await runNarad(["topic", "create", t, ...url])).code, 0);
     const attach = await runNarad(["child", "attach", "orders", "audit", "--kind", "delay", "--delay-ms", "250", "--json", ...url]);
     assert.equal(attach.code, 0, attach.stderr);
@@ -101,7 +90,7 @@ describe("issue 16 item 9: parent, and child topics from the CLI", () => {
     const list = await runNarad(["child", "list", "orders", "--json", ...url]);
     assert.deepEqual(JSON.parse(list.stdout), { children: [{ topic: "audit", kind: "delay", delay_ms: 250 }] });
 
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       assert.deepEqual((await c.getTopic("audit")).parent, { topic: "orders", kind: "delay" });
       assert.equal((await c.getTopic("orders")).parent, null);

@@ -4,33 +4,18 @@
 // invalid_delay). Neither existed.
 
 import { after, before, describe, it } from "node:test";
+import { nodeForSuite, refusal } from "./support/suite-node.js";
 import assert from "node:assert/strict";
-import { Narad, NaradRequestError } from "../src/client/index.js";
+import { Narad } from "../src/client/index.js";
 import { LIMITS } from "../src/protocol/wire.js";
-import { removeDir, runNarad, startNode, type RunningNode } from "./harness.js";
+import { runNarad } from "./harness.js";
 
-async function refusal(p: Promise<unknown>): Promise<NaradRequestError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.ok(e instanceof NaradRequestError, String(e));
-    return e;
-  }
-  assert.fail("expected a refusal");
-}
 
 describe("issue 16 item 13: per-message delay and headers", () => {
-  let node: RunningNode;
-  before(async () => {
-    node = await startNode();
-  });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
-  });
+  const suite = nodeForSuite();
 
   it("a delayed message is not delivered before its delay, and the messages behind it are not held up (there was no delay)", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       await c.createTopic({ name: "later", partitions: 1 });
       await c.produce("later", "delayed", { delayMs: 1500 });
@@ -50,7 +35,7 @@ describe("issue 16 item 13: per-message delay and headers", () => {
   });
 
   it("a delay survives a restart: it is in the record (kill -9, then the same wait)", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     let producedAt: number;
     try {
       await c.createTopic({ name: "durable-delay", partitions: 1 });
@@ -59,9 +44,8 @@ describe("issue 16 item 13: per-message delay and headers", () => {
     } finally {
       await c.close();
     }
-    await node.kill();
-    node = await startNode({ dataDir: node.dataDir, port: node.port });
-    const c2 = new Narad({ url: node.url });
+    await suite.crashAndRestart();
+    const c2 = new Narad({ url: suite.node.url });
     try {
       const page = await c2.replay("durable-delay", 0);
       assert.equal(page.messages[0]!.notBefore, producedAt + 2500, "replay shows when it is due");
@@ -76,7 +60,7 @@ describe("issue 16 item 13: per-message delay and headers", () => {
   });
 
   it("headers are stored with the message and come back on consume, consume batch and replay, in the SDK and the CLI (there were none)", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     const headers = { trace: "abc-123", "content.kind": "order", city: "Zürich ✓" };
     try {
       await c.createTopic({ name: "tagged", partitions: 1 });
@@ -90,7 +74,7 @@ describe("issue 16 item 13: per-message delay and headers", () => {
       assert.deepEqual(page.messages.map((m) => m.headers), [headers, { n: "2" }, {}]);
       await c.ackBatch("tagged", [one!.receiptHandle, ...batch.map((m) => m.receiptHandle)]);
 
-      const url = ["--url", node.url];
+      const url = ["--url", suite.node.url];
       const p = await runNarad(["produce", "tagged", "four", "--header", "trace=xyz", "--header", "kind=cli", ...url]);
       assert.equal(p.code, 0, p.stderr);
       const got = await runNarad(["consume", "tagged", "--json", ...url]);
@@ -103,7 +87,7 @@ describe("issue 16 item 13: per-message delay and headers", () => {
   });
 
   it("headers and delays past their limits are refused with invalid_headers and invalid_delay, nothing stored", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       await c.createTopic({ name: "limits13", partitions: 1 });
       const many = Object.fromEntries(Array.from({ length: LIMITS.headersMax + 1 }, (_, i) => [`h${i}`, "v"]));
@@ -121,7 +105,7 @@ describe("issue 16 item 13: per-message delay and headers", () => {
         assert.equal(e.status, 400);
         assert.equal(e.definite, true);
       }
-      const raw = await fetch(`${node.url}/v1/topics/limits13/messages`, { method: "POST", body: "x", headers: { "narad-headers": "[1,2]" } });
+      const raw = await fetch(`${suite.node.url}/v1/topics/limits13/messages`, { method: "POST", body: "x", headers: { "narad-headers": "[1,2]" } });
       assert.equal(raw.status, 400);
       assert.equal(((await raw.json()) as { error: { code: string } }).error.code, "invalid_headers");
       assert.equal((await c.replay("limits13", 0)).messages.length, 0, "nothing was stored");

@@ -5,11 +5,12 @@
 // them move; a documented metric that nothing here moves must say where it is driven instead.
 
 import { after, before, describe, it } from "node:test";
+import { nodeForSuite } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Narad } from "../src/client/index.js";
-import { REPO_ROOT, removeDir, startNode, waitFor, type RunningNode } from "./harness.js";
+import { REPO_ROOT, waitFor } from "./harness.js";
 
 /** Documented metrics a single node cannot move, and where they are driven. */
 const ELSEWHERE: Record<string, string> = {
@@ -46,16 +47,13 @@ function value(text: string, name: string, labels: Record<string, string> = {}):
 }
 
 describe("issue 16 item 2: every documented metric moves", () => {
-  let node: RunningNode;
+  const suite = nodeForSuite();
   let c: Narad;
   before(async () => {
-    node = await startNode();
-    c = new Narad({ url: node.url });
+    c = new Narad({ url: suite.node.url });
   });
   after(async () => {
     await c.close();
-    await node.stop();
-    await removeDir(node.dataDir);
   });
 
   it("the process metrics have one prefix (it was narad_process_process_cpu_*)", async () => {

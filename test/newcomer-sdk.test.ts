@@ -3,43 +3,22 @@
 // was reported as ambiguous about half the time. Item 5: process() and the constructor.
 
 import { after, before, describe, it } from "node:test";
+import { deadPort, nodeForSuite, refusal } from "./support/suite-node.js";
 import assert from "node:assert/strict";
-import { connect, createServer } from "node:net";
+import { connect } from "node:net";
 import { Pool } from "undici";
-import { Narad, NaradConnectionError, NaradRequestError } from "../src/client/index.js";
+import { Narad, NaradConnectionError } from "../src/client/index.js";
 import { LIMITS } from "../src/protocol/wire.js";
-import { removeDir, startNode, waitFor, type RunningNode } from "./harness.js";
+import { waitFor } from "./harness.js";
 
-/** A port nothing listens on: bind port 0, note it, close. */
-async function deadPort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
-async function refusal(p: Promise<unknown>): Promise<NaradRequestError> {
-  try {
-    await p;
-  } catch (e) {
-    assert.ok(e instanceof NaradRequestError, `expected a NaradRequestError, got ${String(e)}`);
-    return e;
-  }
-  assert.fail("expected a refusal");
-}
 
 describe("issue 16 item 1: an oversized produce is a definite refusal", () => {
-  let node: RunningNode;
+  const suite = nodeForSuite();
   before(async () => {
-    node = await startNode();
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     await c.createTopic({ name: "big", partitions: 1 });
     await c.close();
-  });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
   });
 
   it("the SDK refuses a message over 1 MiB before sending it (it was NaradAmbiguousError write EPIPE)", async () => {
@@ -76,7 +55,7 @@ describe("issue 16 item 1: an oversized produce is a definite refusal", () => {
   });
 
   it("a message of exactly 1 MiB is still stored", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       const r = await c.produce("big", Buffer.alloc(LIMITS.messageBytesMax, 7));
       assert.equal(r.partition, 0);
@@ -88,7 +67,7 @@ describe("issue 16 item 1: an oversized produce is a definite refusal", () => {
   it("the node's early 413 reaches a client still writing the body (it was lost to the RST of an unread socket)", async () => {
     // A plain HTTP client, not the SDK (which no longer sends these): 20 tries of each size were
     // about half write EPIPE / ECONNRESET before the lingering close.
-    const pool = new Pool(node.url, { connections: 4, pipelining: 1 });
+    const pool = new Pool(suite.node.url, { connections: 4, pipelining: 1 });
     try {
       const cases = [
         { path: "/v1/topics/big/messages", type: "application/octet-stream", size: LIMITS.messageBytesMax + 1, code: "payload_too_large" },
@@ -110,7 +89,7 @@ describe("issue 16 item 1: an oversized produce is a definite refusal", () => {
   });
 
   it("a chunked body found too large mid-way gets its 413, then a FIN, while the client keeps writing", async () => {
-    const url = new URL(node.url);
+    const url = new URL(suite.node.url);
     const sock = connect(Number(url.port), url.hostname);
     let answer = "";
     let ended = false;
@@ -147,20 +126,13 @@ describe("issue 16 item 1: an oversized produce is a definite refusal", () => {
 });
 
 describe("issue 16 item 5: process() and the client's URL", () => {
-  let node: RunningNode;
-  before(async () => {
-    node = await startNode();
-  });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
-  });
+  const suite = nodeForSuite();
 
   it("process() at concurrency 16 prints no MaxListenersExceededWarning (each pooled request added an abort listener to one shared signal)", async () => {
     const warnings: Error[] = [];
     const onWarning = (w: Error) => void warnings.push(w);
     process.on("warning", onWarning);
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       await c.createTopic({ name: "wide", partitions: 4 });
       await c.produceBatch("wide", Array.from({ length: 64 }, (_, i) => ({ payload: `m${i}` })));
@@ -228,7 +200,7 @@ describe("issue 16 item 5: process() and the client's URL", () => {
 
   it("a url ending in /v1 is the base (it sent /v1/v1/topics)", async () => {
     for (const suffix of ["/v1", "/v1/"]) {
-      const c = new Narad({ url: node.url + suffix });
+      const c = new Narad({ url: suite.node.url + suffix });
       try {
         await c.createTopic({ name: `prefixed${suffix.length}`, partitions: 1 });
         assert.ok((await c.listTopics()).some((t) => t.name === `prefixed${suffix.length}`));

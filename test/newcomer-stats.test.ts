@@ -3,22 +3,16 @@
 // partition and in all; POST /v1/topics/{t}/purge (admin or the topic's owner), durable.
 
 import { after, before, describe, it } from "node:test";
+import { nodeForSuite } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { Narad, NaradGoneError, NaradRequestError } from "../src/client/index.js";
-import { removeDir, runNarad, startNode, waitFor, type RunningNode } from "./harness.js";
+import { removeDir, runNarad, startNode, waitFor } from "./harness.js";
 
 describe("issue 16 item 12: topic stats and purge", () => {
-  let node: RunningNode;
-  before(async () => {
-    node = await startNode();
-  });
-  after(async () => {
-    await node.stop();
-    await removeDir(node.dataDir);
-  });
+  const suite = nodeForSuite();
 
   it("GET /v1/topics/{t} and topic describe show backlog, in flight and oldest unacked age, per partition and in all (none of it was shown)", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       await c.createTopic({ name: "jobs", partitions: 2, visibilityTimeoutMs: 60_000 });
       await c.produceBatch("jobs", Array.from({ length: 6 }, (_, i) => ({ key: `k${i}`, payload: `job ${i}` })));
@@ -41,10 +35,10 @@ describe("issue 16 item 12: topic stats and purge", () => {
       assert.equal(after.backlog, 7);
       assert.equal(after.inFlight, 0);
 
-      const described = await runNarad(["topic", "describe", "jobs", "--url", node.url]);
+      const described = await runNarad(["topic", "describe", "jobs", "--url", suite.node.url]);
       assert.match(described.stdout, /^backlog\s+7 unacked, 0 in flight, oldest \S+/m);
       assert.match(described.stdout, /^ {2}partition 0\s+\d+ unacked/m);
-      const json = JSON.parse((await runNarad(["topic", "describe", "jobs", "--json", "--url", node.url])).stdout) as { stats: { backlog: number; partitions: unknown[] } };
+      const json = JSON.parse((await runNarad(["topic", "describe", "jobs", "--json", "--url", suite.node.url])).stdout) as { stats: { backlog: number; partitions: unknown[] } };
       assert.equal(json.stats.backlog, 7);
       assert.equal(json.stats.partitions.length, 2);
     } finally {
@@ -53,13 +47,13 @@ describe("issue 16 item 12: topic stats and purge", () => {
   });
 
   it("purge settles every message, leased or not, and stays purged across a restart (there was no purge)", async () => {
-    const c = new Narad({ url: node.url });
+    const c = new Narad({ url: suite.node.url });
     try {
       await c.createTopic({ name: "drain", partitions: 3, visibilityTimeoutMs: 60_000 });
       await c.produceBatch("drain", Array.from({ length: 30 }, (_, i) => ({ payload: `m${i}` })));
       const held = await c.consume("drain");
       assert.ok(held !== null);
-      const cli = await runNarad(["topic", "purge", "drain", "--json", "--url", node.url]);
+      const cli = await runNarad(["topic", "purge", "drain", "--json", "--url", suite.node.url]);
       assert.equal(cli.code, 0, cli.stderr);
       assert.deepEqual(JSON.parse(cli.stdout), { purged: 30 });
       assert.equal(await c.consume("drain"), null);
@@ -74,9 +68,8 @@ describe("issue 16 item 12: topic stats and purge", () => {
       await c.close();
     }
     // A kill right after: the purge was synced before its answer.
-    await node.kill();
-    node = await startNode({ dataDir: node.dataDir, port: node.port });
-    const c2 = new Narad({ url: node.url });
+    await suite.crashAndRestart();
+    const c2 = new Narad({ url: suite.node.url });
     try {
       const m = await c2.consume("drain");
       assert.equal(m?.text(), "kept");
