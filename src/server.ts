@@ -28,7 +28,7 @@ import { Replication } from "./cluster/replication/replication.js";
 import { replicationFaults } from "./cluster/replication/faults.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
-import { ClusterService } from "./cluster/service.js";
+import { ClusterService, cpCall } from "./cluster/service.js";
 import { internalRoutes } from "./cluster/internal-routes.js";
 import type { UserStoreApi } from "./auth/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
@@ -341,7 +341,7 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
       users,
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
-      cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover, replication }) },
+      cluster: { view: cp, moves: mover, removeNode: (id) => cpCall(() => cp.removeNode(id)), internal: internalRoutes({ token, service, mover, replication }) },
       server: bare,
       notReady: notReady(broker),
     });

@@ -856,6 +856,16 @@ export class Narad {
   }
 
   /**
+   * Retires a node of a cluster for good (admin): it must be down and hold no partition, else
+   * NaradRequestError `node_in_use` (409); `node_not_found` (404). Safe to retry (a 404 then may
+   * mean the first try worked).
+   */
+  async removeNode(id: string): Promise<void> {
+    const res = await this.#call("DELETE", `${this.#base}/nodes/${encodeURIComponent(id)}`, this.#hNone, undefined, "remove node");
+    await res.body.dump();
+  }
+
+  /**
    * Moves a partition to another node (admin) and resolves once it is copied and switched. A move
    * copies the partition's files, so it may take minutes: the answer is awaited up to
    * `timeoutMs` (default 15 minutes). 400 for an unknown node or on a single node, 409
@@ -865,9 +875,11 @@ export class Narad {
    * Moves a partition to node `to` (admin). A replicated partition moves one replica: name the
    * node whose replica moves with `opts.from`.
    */
-  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number; from?: string } = {}): Promise<PartitionMove> {
+  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number; from?: string; acceptLoss?: boolean } = {}): Promise<PartitionMove> {
     const path = `${this.#topicPath(topic)}/partitions/${partition}/move`;
-    const body = opts.from === undefined ? { to } : { to, from: opts.from };
+    // acceptLoss: the owner is down for good; place the partition on `to` with nothing copied.
+    const body: Record<string, unknown> = opts.from === undefined ? { to } : { to, from: opts.from };
+    if (opts.acceptLoss === true) body.accept_loss = true;
     const res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "move partition", opts.timeoutMs ?? MOVE_TIMEOUT_MS);
     return (await res.body.json()) as PartitionMove;
   }

@@ -52,6 +52,12 @@ export const ERRORS = {
   grant_not_found: { status: 404, definite: true, message: "The user has no such grant." },
   not_found: { status: 404, definite: true, message: "No such resource." },
   method_not_allowed: { status: 405, definite: true, message: "This path does not take this method." },
+  node_not_found: { status: 404, definite: true, message: "The cluster has no node with this id." },
+  node_in_use: {
+    status: 409,
+    definite: true,
+    message: "The node is live, or still holds partitions: stop it, and move its partitions off, before removing it.",
+  },
   topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
   child_exists: { status: 409, definite: true, message: "This child is attached to the topic already." },
   user_exists: { status: 409, definite: true, message: "A user with this name exists already." },
