@@ -11,7 +11,8 @@
 // slow spell hit both sides. BENCH_ONLY=name,name runs a subset.
 //
 // The peer brokers (NATS JetStream, BullMQ on Redis) are measured live in this run when their
-// servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq).
+// servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq). Idempotent
+// producers beside plain produce, and the dedupe state's memory: idempotent.ts (BENCH_ONLY=idempotent).
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, readFile } from "node:fs/promises";
@@ -101,6 +102,7 @@ async function interleaved(...loads: ((seconds: number) => Promise<LoadResult>)[
     p99Ms: median(rs.map((x) => x.p99Ms)),
     errors: rs.reduce((n, x) => n + x.errors, 0),
     cpuUsPerMsg: Object.fromEntries(Object.keys(rs[0]!.cpuUsPerMsg).map((k) => [k, median(rs.map((x) => x.cpuUsPerMsg[k] ?? NaN))])),
+    ...(rs[0]!.fsyncsPerMsg !== undefined ? { fsyncsPerMsg: median(rs.map((x) => x.fsyncsPerMsg ?? NaN)) } : {}),
   }));
 }
 
@@ -113,6 +115,8 @@ export interface LoadResult {
   errors: number;
   /** Server CPU time a message (µs), per process named in the closed loop's `pid`. */
   cpuUsPerMsg: Record<string, number>;
+  /** fdatasync calls of the server a message, when counted (countFsyncs). */
+  fsyncsPerMsg?: number;
 }
 
 /** Keeps `inFlight` operations outstanding for `seconds`; `op` resolves to the count it did. `pid`: the server, whose CPU use is printed. */
@@ -171,6 +175,32 @@ async function cpuOf(pids: Record<string, number>): Promise<Record<string, numbe
     }
   }
   return out;
+}
+
+/**
+ * Counts the fdatasync calls of process `pid` (all its threads: libuv's pool does them) while
+ * `load` runs, with perf's syscall tracepoint; the count is per message in the result. Without
+ * perf (or its tracepoints) the figure is NaN and the load runs as is.
+ */
+async function countFsyncs(pid: number, load: () => Promise<LoadResult>): Promise<LoadResult> {
+  let perf: ChildProcess;
+  try {
+    perf = spawn("perf", ["stat", "-x", ",", "-e", "syscalls:sys_enter_fdatasync", "-p", String(pid)], { stdio: ["ignore", "ignore", "pipe"] });
+  } catch {
+    return { ...(await load()), fsyncsPerMsg: NaN };
+  }
+  let err = "";
+  perf.stderr!.on("data", (b: Buffer) => (err += b.toString()));
+  const exited = new Promise<void>((res) => {
+    perf.once("exit", () => res());
+    perf.once("error", () => res());
+  });
+  await new Promise((r) => setTimeout(r, 200)); // perf attaches to every thread first
+  const r = await load();
+  perf.kill("SIGINT");
+  await exited;
+  const m = /^(\d+),/m.exec(err);
+  return { ...r, fsyncsPerMsg: m && r.ops > 0 ? Number(m[1]) / r.ops : NaN };
 }
 
 async function request(pool: Pool, method: "GET" | "POST", path: string, body?: Buffer | string, headers?: Record<string, string>) {
@@ -300,6 +330,34 @@ async function main(): Promise<void> {
       row("produce latency at 1 in flight, p99 (ms)", l1.p99Ms.toFixed(3), `fdatasync ${l1b.p99Ms.toFixed(3)}`, l1.p99Ms / l1b.p99Ms, `<= fdatasync p99 + 2 ms (${(l1b.p99Ms + 2).toFixed(3)})`);
     }
 
+    if (want("stream")) {
+      // The streaming protocol (docs/api.md, "Streaming protocol") through the SDK's
+      // transport: "stream", one connection, N produce() calls kept in flight, beside the HTTP
+      // row (one message a request, 64 in flight) and the bare node:http+fdatasync server, on the
+      // default 3-partition topic. Server CPU and fdatasyncs a message on every row.
+      const { Narad } = await import("../src/client/index.js");
+      await createTopic(np, "bench-stream", 3).catch(() => undefined);
+      const sdk = new Narad({ url: node.url, transport: "stream" });
+      const streamOp = () => async () => {
+        await sdk.produce("bench-stream", PAYLOAD);
+        return 1;
+      };
+      const node64 = (s: number) => countFsyncs(node.proc.pid!, () => closedLoop(64, s, produceOp(np, "/v1/topics/bench-stream/messages"), node.proc.pid));
+      const [base, http, s64, s256, s1024] = (await interleaved(
+        (s) => countFsyncs(durable.proc.pid!, () => closedLoop(64, s, produceOp(dp, "/v1/topics/x/messages"), durable.proc.pid)),
+        node64,
+        (s) => countFsyncs(node.proc.pid!, () => closedLoop(64, s, streamOp(), node.proc.pid)),
+        (s) => countFsyncs(node.proc.pid!, () => closedLoop(256, s, streamOp(), node.proc.pid)),
+        (s) => countFsyncs(node.proc.pid!, () => closedLoop(1024, s, streamOp(), node.proc.pid)),
+      )) as [LoadResult, LoadResult, LoadResult, LoadResult, LoadResult];
+      const per = (r: LoadResult) => `${(r.cpuUsPerMsg.server ?? NaN).toFixed(1)} µs CPU, ${(r.fsyncsPerMsg ?? NaN).toFixed(3)} fdatasyncs a message`;
+      row(`produce over HTTP, 1 msg/request, 64 in flight, 3 partitions (msgs/s; ${per(http)})`, fmt(http.perS), `fdatasync ${fmt(base.perS)} (${per(base)})`, http.perS / base.perS, "(the HTTP row)");
+      for (const [n, r, goal] of [[64, s64, ">= 3x the HTTP row"], [256, s256, ">= 3x the HTTP row"], [1024, s1024, ">= 6x the HTTP row"]] as const) {
+        row(`produce over the stream, ${n} in flight, 3 partitions (msgs/s; ${per(r)}; p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms)`, fmt(r.perS), `HTTP ${fmt(http.perS)}; fdatasync ${fmt(base.perS)}`, r.perS / http.perS, goal);
+      }
+      await sdk.close();
+    }
+
     if (want("batch")) {
       await createTopic(np, "bench-batch", 3);
       const batch = encodeBinaryBatch(Array.from({ length: 100 }, () => ({ payload: PAYLOAD })));
@@ -310,6 +368,11 @@ async function main(): Promise<void> {
         return 100;
       }, node.proc.pid))) as [LoadResult];
       row("produce, batches of 100, 24 in flight (msgs/s)", fmt(n.perS), "NATS JetStream ~160 000 (recorded)", n.perS / 200_000, ">= 200 000 msgs/s (ratio to goal)");
+    }
+
+    if (want("idempotent")) {
+      const { benchIdempotent } = await import("./idempotent.js");
+      await benchIdempotent({ seconds: SECONDS, rounds: ROUNDS, warmupSeconds: WARMUP_SECONDS, payload: PAYLOAD, want, closedLoop, interleaved, row, fmt, pool: np, pid: node.proc.pid!, createTopic: (name, partitions) => createTopic(np, name, partitions) });
     }
 
     if (want("consume")) {

@@ -19,6 +19,7 @@ import { LocalService } from "./broker/service.js";
 import { parseSeededBugs, SEEDED_BUGS, seededFaults } from "./broker/seeded-bugs.js";
 import { SdkRemoteSink } from "./remote-children.js";
 import { createHttpListener, createHttpServer, type NaradHttpServer } from "./http/server.js";
+import { streamCreditBytes } from "./http/stream.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { UserStore } from "./auth/store.js";
 import { ControlPlane } from "./cluster/control-plane.js";
@@ -29,6 +30,8 @@ import { replicationFaults } from "./cluster/replication/faults.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
 import { ClusterService, cpCall } from "./cluster/service.js";
+import { ClusterProducerIds } from "./cluster/producers.js";
+import { ProducerFile, ProducerIds } from "./broker/producer-ids.js";
 import { internalRoutes } from "./cluster/internal-routes.js";
 import type { UserStoreApi } from "./auth/user-store-api.js";
 import { clusterToken } from "./cluster/wire.js";
@@ -179,7 +182,14 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
     faults: seededFaults(bugs),
     partitionsMax,
     idleCloseMs: cfg["storage.idle_close_ms"] as number,
+    dedupe: {
+      windowMs: cfg["producers.dedupe_window_ms"] as number,
+      sequencesMax: cfg["producers.window_sequences"] as number,
+      entriesMax: cfg["producers.dedupe_entries_max"] as number,
+    },
   };
+  const idleExpiryMs = cfg["producers.idle_expiry_ms"] as number;
+  const idsMax = cfg["producers.ids_max"] as number;
   const httpCommon = {
     logger: log,
     nodeId: identity.nodeId,
@@ -187,6 +197,7 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
     headersTimeoutMs: cfg["http.headers_timeout_ms"] as number,
     requestTimeoutMs: cfg["http.request_timeout_ms"] as number,
     keepAliveTimeoutMs: cfg["http.keep_alive_timeout_ms"] as number,
+    streamCreditBytes: streamCreditBytes(cfg["limits.pending_sync_bytes"] as number),
     nowMs: () => systemClock.nowMs(),
   };
   const urlOf = (server: Server) => {
@@ -203,10 +214,17 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
       throw new StartupError(`${(e as Error).message}; restore it from a backup or move it aside`);
     }
     if (!dev) await bootstrapAdmin(users, env, log);
+    let producerFile: ProducerFile;
+    try {
+      producerFile = await ProducerFile.open(dataDir, idleExpiryMs, idsMax, log);
+    } catch (e) {
+      throw new StartupError((e as Error).message);
+    }
     const broker = await Broker.open({ ...brokerOptions, remote: new SdkRemoteSink(), userIdOf: (name) => users.get(name)?.id });
     const http = createHttpServer({
       ...httpCommon,
       service: new LocalService(broker),
+      producers: new ProducerIds(producerFile, systemClock, idleExpiryMs),
       users,
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       notReady: notReady(broker),
@@ -220,6 +238,7 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
     http.setReady(true);
     return running(http, urlOf(http.server), identity, dataDir, lock, logger, log, cfg, async () => {
       await broker.close();
+      await producerFile.close();
     });
   }
 
@@ -245,6 +264,7 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
       nodeLeaseMs: cfg["cluster.node_lease_ms"] as number,
       leaseSafetyMarginMs: cfg["cluster.lease_safety_margin_ms"] as number,
       resyncIntervalMs: cfg["cluster.resync_interval_ms"] as number,
+      ownsWithoutLease: bugs.includes("fenced-leader-answers"),
     });
   } catch (e) {
     bare.close();
@@ -339,6 +359,7 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
       ...httpCommon,
       service,
       users,
+      producers: new ProducerIds(new ClusterProducerIds(cp, idleExpiryMs, idsMax), systemClock, idleExpiryMs),
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
       cluster: { view: cp, moves: mover, removeNode: (id) => cpCall(() => cp.removeNode(id)), internal: internalRoutes({ token, service, mover, replication }) },

@@ -43,7 +43,8 @@ export async function rejectsWith<T extends Error>(p: Promise<unknown>, cls: new
   assert.fail(`expected ${cls.name}, but it resolved`);
 }
 
-export function defineSdkSuite(name: string, deploy: Deploy): void {
+/** `transport`: the SDK's produce transport under test (default the SDK's, "http"). */
+export function defineSdkSuite(name: string, deploy: Deploy, transport?: "http" | "stream"): void {
   describe(`SDK: ${name}`, () => {
     let d: Deployment;
     let client: Narad;
@@ -52,7 +53,7 @@ export function defineSdkSuite(name: string, deploy: Deploy): void {
 
     before(async () => {
       d = await deploy();
-      client = new Narad({ url: d.urls[0]! });
+      client = new Narad({ url: d.urls[0]!, ...(transport !== undefined ? { transport } : {}) });
     });
 
     after(async () => {
@@ -614,12 +615,16 @@ export function defineSdkSuite(name: string, deploy: Deploy): void {
         const victim = d.nodes.at(-1)!;
         // One connection each, opened before the fault, so the requests below are surely written
         // to a live socket (undici writes synchronously on an idle keep-alive connection).
-        const c = new Narad({ url: victim.url, connections: 1, requestTimeoutMs: 500 });
-        const c2 = new Narad({ url: victim.url, connections: 1 });
+        const t = transport !== undefined ? { transport } : {};
+        const c = new Narad({ url: victim.url, connections: 1, requestTimeoutMs: 500, ...t });
+        const c2 = new Narad({ url: victim.url, connections: 1, ...t });
         try {
           const topic = topicName("victim");
           await c.createTopic({ name: topic, partitions: 1 });
           await c2.getTopic(topic);
+          // A produce each, so a stream transport's connection is open before the fault too.
+          await c.produce(topic, "before");
+          await c2.produce(topic, "before");
 
           // Paused: the request sits unanswered in the socket until our timeout.
           victim.pause();

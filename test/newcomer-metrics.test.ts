@@ -21,6 +21,7 @@ const ELSEWHERE: Record<string, string> = {
   narad_replication_acks_pending: "cluster only (replicated topics)",
   narad_under_replicated_partitions: "cluster only (replicated topics)",
   narad_failovers_total: "cluster only (a leader's lease lapsing)",
+  narad_dedupe_window_evictions_total: "only at producers.dedupe_entries_max (10 000 000 entries); the eviction itself is unit-tested in src/broker/producers.test.ts",
 };
 
 /** The metric names of docs/operations.md's table (a family such as `narad_process_*` as written). */
@@ -135,6 +136,24 @@ describe("issue 16 item 2: every documented metric moves", () => {
     assert.match(settled, /^narad_child_lag_messages\{parent="m",child="m-copy"\} \d/m);
     assert.match(settled, /^narad_child_lag_seconds\{parent="m",child="m-copy"\} \d/m);
     moved.add("narad_child_lag_messages").add("narad_child_lag_seconds");
+    // Idempotent producers (dedupe windows) and the streaming protocol.
+    const p = c.producer({ idempotent: true });
+    await p.produce("m", "once");
+    const id = await p.id();
+    const resent = await c.produce("m", "once", { producerId: id, sequence: 0 });
+    assert.equal(resent.duplicate, true);
+    const streamed = new Narad({ url: suite.node.url, transport: "stream" });
+    try {
+      await streamed.produce("m", "by stream");
+      const live = await c.metrics();
+      see(live, "narad_stream_connections", {}, settled);
+      see(live, "narad_stream_frames_total", {}, settled);
+      see(live, "narad_dedupe_window_entries", {}, settled);
+      see(live, "narad_dedupe_window_partitions", {}, settled);
+      see(live, "narad_produce_duplicates_total", {}, settled);
+    } finally {
+      await streamed.close();
+    }
     if (value(settled, "narad_process_cpu_seconds_total") > value(first, "narad_process_cpu_seconds_total")) moved.add("narad_process_*");
     if (value(settled, "narad_nodejs_heap_size_used_bytes") !== value(first, "narad_nodejs_heap_size_used_bytes")) moved.add("narad_nodejs_*");
 

@@ -104,7 +104,7 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     const out = await outDir();
     const a = await runNarad(["verify", "run", "--workload", "nope", "--out", out]);
     assert.equal(a.code, 2);
-    assert.match(a.stderr, /^narad: unknown workload "nope"; one of e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover\n$/);
+    assert.match(a.stderr, /^narad: unknown workload "nope"; one of e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent, dead-letters\n$/);
     const b = await runNarad(["verify", "run", "--workload", "e2e", "--nodes", "0", "--out", out]);
     assert.equal(b.code, 2);
     assert.match(b.stderr, /--nodes must be a positive integer/);

@@ -24,6 +24,7 @@
 // more than `longPollsMax` waiting long polls → 429 too_many_waiters; a consume batch's payload
 // over `consumeBytesMax` → fewer messages in that answer; a create or grow past `partitionsMax`
 // partitions on this node → 409 partitions_limit (nothing is made).
+// Idempotent producers' dedupe windows are bounded in ./producers.ts (producers.*).
 //
 // Storage that fails (docs/operations.md, "A full disk, no descriptors"). A create or grow that
 // fails midway on an errno (ENOSPC, EMFILE, ...) is undone, files and all, and answers 503
@@ -63,6 +64,7 @@ import { HandleCodec } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
 import { BrokerMetrics } from "./metrics.js";
 import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
+import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type ProducerRef, type WindowLimits } from "./producers.js";
 
 export type { ReplicatedParts } from "./partition-opener.js";
 import type { Partition, Taken } from "./partition.js";
@@ -125,6 +127,8 @@ export interface BrokerOptions {
   partitionsMax?: number;
   /** storage.idle_close_ms: a partition idle this long lets its descriptors go (default IDLE_CLOSE_MS_DEFAULT). */
   idleCloseMs?: number;
+  /** producers.*: the dedupe windows' bounds (./producers.ts; defaults there). */
+  dedupe?: WindowLimits;
 }
 
 /** What the broker needs from the cluster (src/cluster). */
@@ -190,6 +194,8 @@ export interface Delivery {
 export interface ProduceItem {
   key: string | null;
   payload: Buffer;
+  /** An idempotent produce's producer and sequence (./producers.ts); every item of a request has one or none does. */
+  producer?: ProducerRef;
   /** The message's headers (src/storage/attrs.ts tag 3), stored with the record. */
   headers?: readonly (readonly [string, string])[];
   /** Not delivered before this long after it is stored (tag 4, notBefore: the owner's clock). */
@@ -243,6 +249,8 @@ export class Broker {
   private readonly store: MetadataStore;
   private readonly partitions: PartitionOpener;
   private readonly links: ChildLinks;
+  /** Idempotent producers' dedupe windows, one per open partition (./producers.ts). */
+  readonly dedupe: DedupeWindows;
   private waiterCount = 0;
   private pendingSyncBytes = 0;
   /** Partitions of this node's topics, and of creates and grows in flight (limits.partitions). */
@@ -259,6 +267,8 @@ export class Broker {
     this.faults = opts.faults ?? NO_FAULTS;
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
     this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges(), oldestUnackedAges: () => this.oldestUnackedAges() });
+    this.dedupe = new DedupeWindows({ clock: opts.clock, scheduler: this.scheduler, logger: this.log, limits: opts.dedupe ?? DEDUPE_DEFAULTS });
+    this.dedupe.registerMetrics(this.metrics.registry);
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
     const topic = (name: string) => this.topic(name);
     this.links = new ChildLinks({
@@ -283,6 +293,7 @@ export class Broker {
         consumerOffsetCommitIntervalMs: opts.consumerOffsetCommitIntervalMs,
         powerLoss: opts.powerLoss,
         fs: opts.storageFs,
+        onClosed: (p) => this.dedupe.closed(p),
         replicate:
           opts.cluster?.replicate === undefined
             ? undefined
@@ -545,7 +556,7 @@ export class Broker {
    * (definite: nothing was written) when it does not own the partition now; ownership_lost
    * (indefinite) when it lost it while the write was in flight.
    */
-  async produceTo(topicName: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+  async produceTo(topicName: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
     this.assertOpen();
     const t = this.topic(topicName);
     const p = t.partitions[partition];
@@ -554,12 +565,9 @@ export class Broker {
     if (this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0) {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
-    const results = await this.appendGroups(
-      t,
-      toAppendInputs(items, this.opts.clock.nowMs()),
-      new Map([[partition, items.map((_, i) => i)]]),
-    );
-    if (!this.faults.ownsAfterWrite(this.owns(t, p))) {
+    const groups = new Map([[partition, items.map((_, i) => i)]]);
+    const results = items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, groups) : await this.appendGroups(t, toAppendInputs(items, this.opts.clock.nowMs()), groups);
+    if (!this.owns(t, p)) {
       throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
     }
     this.metrics.produced.inc({ topic: topicName }, items.length);
@@ -567,7 +575,7 @@ export class Broker {
   }
 
   /** Appends the items, resolves once they are all durable; results in request order. */
-  async produce(topicName: string, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+  async produce(topicName: string, items: ProduceItem[]): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
     this.assertOpen();
     const t = this.topic(topicName);
     const bytes = messagesBytesEstimate(items);
@@ -575,10 +583,10 @@ export class Broker {
     if (overloaded && !this.faults.storesWhenOverloaded()) {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
-    const results = await this.appendTo(
-      t,
-      toAppendInputs(items, this.opts.clock.nowMs()),
-    );
+    const results =
+      items[0]?.producer !== undefined
+        ? await this.appendIdempotent(t, items, idempotentGroups(items, t.partitions.length))
+        : await this.appendTo(t, toAppendInputs(items, this.opts.clock.nowMs()));
     if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
     this.metrics.produced.inc({ topic: topicName }, items.length);
     return results;
@@ -599,8 +607,30 @@ export class Broker {
     return this.appendGroups(t, items, groups);
   }
 
-  /** Appends each group to its partition (which must be open) and waits for every fsync. */
-  private async appendGroups(t: Topic, items: { key: Buffer | null; payload: Buffer }[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number }[]> {
+  /**
+   * An idempotent produce (./producers.ts): duplicates answered from the partitions' dedupe
+   * windows, the rest appended with their producer attribute. Never routed elsewhere.
+   */
+  private appendIdempotent(t: Topic, items: ProduceItem[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
+    // The dedupe window writes each record's producer attribute itself: headers and a delay are
+    // not carried on this path yet (refused rather than dropped).
+    if (items.some((it) => it.headers !== undefined || it.delayMs !== undefined)) {
+      return Promise.reject(new NaradError("not_implemented", "Headers and a delay do not go with an idempotent produce yet; nothing was stored."));
+    }
+    const its: IdempotentItem[] = items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload, producer: it.producer! }));
+    return this.dedupe.produce(t.meta.name, t.partitions, its, groups, (sub, g, onAssigned) => this.appendGroups(t, sub, g, onAssigned));
+  }
+
+  /**
+   * Appends each group to its partition (which must be open) and waits for every fsync.
+   * `onAssigned` hears each partition's base offset as its log assigns it (./producers.ts).
+   */
+  private async appendGroups(
+    t: Topic,
+    items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[],
+    groups: Map<number, number[]>,
+    onAssigned?: (partition: number, baseOffset: number) => void,
+  ): Promise<{ partition: number; offset: number }[]> {
     const bytes = messagesBytesEstimate(items);
     const now = this.opts.clock.nowMs();
     const started = this.opts.clock.monoMs();
@@ -625,6 +655,7 @@ export class Broker {
         now,
       );
       idxs.forEach((i, j) => (results[i] = { partition: p, offset: baseOffset + j }));
+      onAssigned?.(p, baseOffset);
       durables.push(durable);
     }
     this.pendingSyncBytes += bytes;
@@ -922,7 +953,9 @@ export class Broker {
     const t = this.topic(topicName);
     if (partition >= t.meta.partitions) throw new NaradError("partition_not_found", `Topic ${topicName} has partitions 0..${t.meta.partitions - 1}.`);
     const p = t.partitions[partition];
-    if (p === undefined) throw notOwner(topicName, partition);
+    // A node whose lease lapsed may have been deposed: its log can be behind the new leader's
+    // (a stale read, which the checker calls a `skip`), so it serves no replay either.
+    if (p === undefined || !this.owns(t, p)) throw notOwner(topicName, partition);
     if (p.log.ready === false) {
       throw new NaradError("not_owner", `${topicName}/${partition} has a new leader that has not yet confirmed what its replicas hold; retry shortly.`);
     }
@@ -1095,6 +1128,10 @@ export class Broker {
   }
 }
 
+/** producers.* defaults (./producers.ts). */
+const DEDUPE_DEFAULTS: WindowLimits = { windowMs: DEDUPE_WINDOW_MS_DEFAULT, sequencesMax: WINDOW_SEQUENCES_DEFAULT, entriesMax: DEDUPE_ENTRIES_MAX_DEFAULT };
+
+/** Produce items as the log appends them (keys as bytes). */
 /** The errno of a storage error (or of its cause), or a short name for one that has none. */
 function errnoOf(e: unknown): string {
   for (let x = e, depth = 0; x instanceof Error && depth < 4; x = x.cause, depth++) {

@@ -12,6 +12,7 @@ import assert from "node:assert/strict";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { Scheduler } from "../platform/scheduler.js";
 import type { AckLog, PartitionLog } from "../storage/index.js";
 import type { CursorFile } from "../storage/cursor-file.js";
 import type { ChildLinks } from "./child-links.js";
@@ -160,10 +161,10 @@ export class ClusterTopics {
    * Opens a partition's log and ack log in its directory without serving it: a follower replica
    * of a replicated partition (src/cluster/replication), which only the leader writes to.
    */
-  openReplicaFiles(name: string, incarnation: number, partition: number): Promise<{ log: PartitionLog; acks: AckLog; cursors: CursorFile }> {
+  openReplicaFiles(name: string, incarnation: number, partition: number, logScheduler?: Scheduler): Promise<{ log: PartitionLog; acks: AckLog; cursors: CursorFile }> {
     const dir = this.partitionDir(name, incarnation, partition);
     const logger = this.o.logger.child({ topic: name, partition, replica: "follower" });
-    return this.o.partitions.openFiles(dir, logger).then(async (f) => {
+    return this.o.partitions.openFiles(dir, logger, logScheduler).then(async (f) => {
       try {
         return { ...f, cursors: await this.o.partitions.openCursorFile(dir, logger) };
       } catch (e) {

@@ -38,8 +38,6 @@ export interface BrokerFaults {
   copyFailed(): "retry" | "skip";
   /** What stands for a pre-boot record's commit time: its produce time plus this margin. */
   preBootCommitMarginMs(marginMs: number): number;
-  /** Cluster: whether the owner still owns a partition once a write is durable (fencing). */
-  ownsAfterWrite(owns: boolean): boolean;
 }
 
 /** The production broker's faults: none. */
@@ -54,5 +52,4 @@ export const NO_FAULTS: BrokerFaults = {
   replayPage: (records) => records,
   copyFailed: () => "retry",
   preBootCommitMarginMs: (marginMs) => marginMs,
-  ownsAfterWrite: (owns) => owns,
 };

@@ -12,9 +12,9 @@
 // backup is the other way on. A corrupt node.json is always refused.
 
 import { randomBytes } from "node:crypto";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../platform/files.js";
+import { readFileIfExists, writeFileAtomic } from "../platform/files.js";
 
 /** Node ids travel in headers, URLs and the binary consume answer (one length byte). */
 export const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -45,12 +45,7 @@ const TOPIC_DIRS = ["topics", "cluster"];
 export async function loadIdentity(dataDir: string, nodeIdWanted: string | undefined, newIdentity = false): Promise<NodeIdentity> {
   const path = join(dataDir, "node.json");
   let file: NodeFile | undefined;
-  let text: string | undefined;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-  }
+  const text = await readFileIfExists(path);
   if (text !== undefined) {
     try {
       const j = JSON.parse(text) as Partial<NodeFile>;

@@ -41,6 +41,8 @@ export interface PartitionStorageOptions {
   powerLoss: boolean;
   /** The filesystem of the partition's files (default node:fs). */
   fs?: StorageFs;
+  /** A partition closed here (its dedupe window goes with it, ./producers.ts). */
+  onClosed?: (p: Partition) => void;
   /**
    * Cluster mode: wraps an owned partition of a replicated topic (replication_factor above 1) so
    * that its appends and acks reach its followers (src/cluster/replication).
@@ -66,7 +68,7 @@ export class PartitionOpener {
    * Opens the log and ack log in a partition directory (created if need be). A follower replica of
    * a replicated partition keeps the same files (src/cluster/replication), opened through here.
    */
-  async openFiles(pdir: string, logger: Logger): Promise<{ log: PartitionLog; acks: AckLog }> {
+  async openFiles(pdir: string, logger: Logger, logScheduler?: Scheduler): Promise<{ log: PartitionLog; acks: AckLog }> {
     const o = this.o;
     await mkdir(pdir, { recursive: true });
     const log = await openPartitionLog(pdir, {
@@ -75,7 +77,8 @@ export class PartitionOpener {
       segmentBytesMax: o.segmentBytesMax,
       segmentAgeMaxMs: o.segmentAgeMaxMs,
       powerLoss: o.powerLoss,
-      scheduler: o.scheduler,
+      // A seeded bug's follower log commits on a timer (src/cluster/replication/faults.ts).
+      scheduler: logScheduler ?? o.scheduler,
       fs: o.fs,
     });
     const r = log.recovery;
@@ -190,6 +193,7 @@ export class PartitionOpener {
       const logger = this.o.logger.child({ topic: t.meta.name, partition: i });
       await p.log.close().catch((err: unknown) => logger.error({ err: (err as Error).message }, "the partition's log failed; closed without its unsynced tail"));
       await p.acks.close().catch((err: unknown) => logger.error({ err: (err as Error).message }, "the partition's ack log could not be closed cleanly"));
+      this.o.onClosed?.(p);
     }
   }
 

@@ -26,11 +26,18 @@ export const SEEDED_BUGS = {
   "child-skip-on-failure": "a copy to a child that fails (its owner or cluster is down) is skipped, not retried",
   "delay-early-after-restart": "a delay child copies records committed before the restart without waiting for the delay",
   "copy-cursors-not-persisted": "child copy cursors reach the disk only on attach and graceful stop, so a kill makes children copy everything again",
-  // Replicated partitions (their hooks are src/cluster/replication/faults.ts, and fenced-leader-answers below).
-  "follower-ack-before-fsync": "a follower answers the leader's append before its fsync, so a quorum 202 may rest on copies a power loss takes back",
+  // Replicated partitions (their hooks are src/cluster/replication/faults.ts; fenced-leader-answers is the
+  // control plane's option ownsWithoutLease, src/cluster/control-plane/options.ts).
+  "follower-ack-before-fsync": "a follower answers the leader's append at once and syncs its log on a one-second timer (JetStream's sync_interval), so a quorum 202 may rest on copies a power loss takes back",
   "elect-incomplete-follower": "a failover promotes the first live follower, whether or not it holds every acknowledged record",
-  "fenced-leader-answers": "a leader answers 202 after its fsync even when it lost its lease meanwhile",
+  "fenced-leader-answers": "a leader whose lease lapsed trusts its cached view and goes on serving: leases, acks and 202s (the owner check skips the lease deadline)",
   "acks-not-replicated": "acks stay on the leader: a failover redelivers every message acked on the old leader",
+  // Issue 14 (idempotent producers, dead letters): names and calibration rows only, their hooks
+  // come with the server code (src/verify/workloads/calibrate.ts, ISSUE14_CALIBRATION_CASES).
+  "dedupe-forgets-after-restart": "the dedupe window is not rebuilt from the log at start, so a re-send after a restart is stored again",
+  "dead-letter-early": "a message moves to its dead-letter topic when the lease of its (max_deliveries - 1)-th delivery ends",
+  "delivery-counts-not-persisted": "delivery counts live in memory only: after a restart every message's count starts again at 1",
+  "dead-letter-settle-before-copy": "a dead-letter move settles the message on its topic first and writes the dead-letter copy 500 ms later",
 } as const;
 
 export type SeededBugName = keyof typeof SEEDED_BUGS;
@@ -64,7 +71,6 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
     copyFailed: () => (on.has("child-skip-on-failure") ? "skip" : "retry"),
     // A pre-boot record counts as committed long ago, so its delay copy is due at once.
     preBootCommitMarginMs: (margin) => (on.has("delay-early-after-restart") ? -1e12 : margin),
-    ownsAfterWrite: (owns) => owns || on.has("fenced-leader-answers"),
   };
 }
 

@@ -36,6 +36,8 @@ export interface Produced {
   offset: number;
   owner?: string;
   ownerBoot?: string;
+  /** An idempotent produce's (producer, sequence) was stored before: this is the original. */
+  duplicate?: true;
 }
 
 export interface Service {

@@ -147,18 +147,33 @@ function registerProduce(program: Command): void {
     .option("--delay-ms <ms>", "not delivered before this many ms after it is stored (0..7 days)", intArg("--delay-ms"))
     .option("--header <name=value>", "a header stored with the message (repeat for more)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print {\"partition\", \"offset\"} as JSON")
+    .option("--idempotent", "produce idempotently: re-send an ambiguous answer with the same sequence until it is definite (stored once); prints the producer id and sequence")
+    .option("--producer-id <id>", "with --idempotent: the producer id to use (default: a new one), e.g. to send again what an earlier run could not confirm")
+    .option("--sequence <n>", "with --producer-id: the message's sequence (default 0)", intArg("--sequence"))
     .action(
       clientAction(async (c: Narad, o: Opts, topic: string, message: string | undefined) => {
         if (message !== undefined && o.file !== undefined) throw new UsageError("give either MESSAGE or --file, not both");
+        if ((o.producerId !== undefined || o.sequence !== undefined) && o.idempotent !== true) throw new UsageError("--producer-id and --sequence go with --idempotent");
+        if (o.sequence !== undefined && o.producerId === undefined) throw new UsageError("--sequence needs --producer-id");
         let headers: Record<string, string> | undefined;
         for (const h of (o.header as string[] | undefined) ?? []) {
           const eq = h.indexOf("=");
           if (eq <= 0) throw new UsageError(`--header ${JSON.stringify(h)} is not NAME=VALUE`);
           (headers ??= {})[h.slice(0, eq)] = h.slice(eq + 1);
         }
+        if (o.idempotent === true && (headers !== undefined || o.delayMs !== undefined)) throw new UsageError("--header and --delay-ms do not go with --idempotent yet");
         const payload = message !== undefined ? Buffer.from(message, "utf8") : await readPayload(o.file as string | undefined);
+        const key = o.key as string | undefined;
+        if (o.idempotent === true) {
+          const p = c.producer({ idempotent: true, producerId: o.producerId as string | undefined, nextSequence: o.sequence as number | undefined });
+          const r = await p.produce(topic, payload, { key });
+          const producerId = await p.id();
+          if (o.json) json({ partition: r.partition, offset: r.offset, producer_id: producerId, sequence: r.sequence, duplicate: r.duplicate });
+          else out(`partition ${r.partition} offset ${r.offset}${r.duplicate ? " (duplicate: stored before)" : ""} producer ${producerId} sequence ${r.sequence}\n`);
+          return;
+        }
         const r = await c.produce(topic, payload, {
-          key: o.key as string | undefined,
+          key,
           ...(headers !== undefined ? { headers } : {}),
           ...(o.delayMs !== undefined ? { delayMs: o.delayMs as number } : {}),
         });

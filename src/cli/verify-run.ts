@@ -28,6 +28,7 @@ export interface RunCommandArgs {
   quietWindows?: boolean;
   replicationFactor?: string;
   acks?: string;
+  transport?: string;
 }
 
 export interface CalibrateCommandArgs {
@@ -152,6 +153,7 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
     if (!isWorkloadName(args.workload)) throw new UsageError(`unknown workload ${JSON.stringify(args.workload)}; one of ${WORKLOAD_NAMES.join(", ")}`);
     if (args.quietWindows !== undefined && args.workload !== "children") throw new UsageError("--quiet-windows and --no-quiet-windows go with --workload children");
     if (args.acks !== undefined && args.acks !== "leader" && args.acks !== "quorum") throw new UsageError(`--acks must be leader or quorum, not ${JSON.stringify(args.acks)}`);
+    if (args.transport !== undefined && args.transport !== "http" && args.transport !== "stream") throw new UsageError(`--transport must be http or stream, not ${JSON.stringify(args.transport)}`);
     opts = {
       workload: args.workload,
       outDir: resolve(args.out),
@@ -165,6 +167,7 @@ export async function runRunCommand(args: RunCommandArgs, out: Writable): Promis
       controlPlaneUrl: args.controlPlane,
       replicationFactor: num("--replication-factor", args.replicationFactor, true),
       ...(args.acks !== undefined ? { acks: args.acks as "leader" | "quorum" } : {}),
+      ...(args.transport !== undefined ? { transport: args.transport as "http" | "stream" } : {}),
       ...(args.quietWindows === true ? { cycle: CHILDREN_CYCLE } : args.quietWindows === false ? { cycle: null } : {}),
     };
   } catch (e) {
@@ -267,6 +270,7 @@ export function registerRunCommands(verify: Command): void {
     .option("--no-quiet-windows", "children: continuous load, faults at any moment (the default)")
     .option("--replication-factor <n>", "copies of each partition of the main topic (a cluster; faults then aim at the partitions' leaders)")
     .option("--acks <mode>", "a replicated topic's acks mode: quorum (default) or leader")
+    .option("--transport <t>", "how the workers produce: http (default) or stream (the streaming protocol, docs/api.md)")
     .option("--duration <s>", "seconds of load (default per workload)")
     .option("--seed <n>", "seed of every random choice (default: random, printed)")
     .option("--rate <r>", "produces per second over all producers")

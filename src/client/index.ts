@@ -13,6 +13,8 @@ export {
   type AutoExtendOptions,
   type ReplayOptions,
 } from "./narad.js";
+export { IdempotentProducer, type IdempotentProducerOptions, type IdempotentProduced, type IdempotentBatchResult } from "./producer.js";
+export type { IdempotentSend } from "./narad.js";
 export { NaradClientError, NaradRequestError, NaradGoneError, NaradAmbiguousError, NaradPartialBatchError, NaradConnectionError } from "./errors.js";
 export type {
   NaradOptions,

@@ -60,6 +60,7 @@ import {
   errorFromTransport,
   refusedBeforeSending,
 } from "./errors.js";
+import { StreamTransport } from "./stream-transport.js";
 import type {
   AckStatus,
   AttachChildOptions,
@@ -95,6 +96,7 @@ interface NodeJson {
 }
 type Method = "GET" | "POST" | "PATCH" | "DELETE";
 
+import { IdempotentProducer, type IdempotentProducerOptions } from "./producer.js";
 const REQUEST_TIMEOUT_MS_DEFAULT = 30_000;
 /** How long movePartition waits for the move's answer: a move copies the partition's files. */
 const MOVE_TIMEOUT_MS = 15 * 60_000;
@@ -250,6 +252,8 @@ export class Narad {
   readonly #hDeliveries: HeaderMap;
   readonly #topicPaths = new Map<string, string>();
   readonly #visibilityMs = new Map<string, number>();
+  /** produce() over the streaming protocol (`transport: "stream"`), else undefined. */
+  readonly #stream: StreamTransport | undefined;
 
   constructor(opts: NaradOptions) {
     const u = parseUrl(opts.url);
@@ -267,6 +271,7 @@ export class Narad {
     this.#hOctet = { ...auth, "content-type": "application/octet-stream" };
     this.#hBatch = { ...auth, "content-type": BATCH_BINARY_TYPE };
     this.#hDeliveries = { ...auth, accept: DELIVERIES_TYPE };
+    this.#stream = opts.transport === "stream" ? new StreamTransport({ url: u, authorization: auth.authorization, requestTimeoutMs: this.#requestTimeoutMs, connectTimeoutMs: opts.connectTimeoutMs ?? 10_000 }) : undefined;
     this.#pool = new Pool(u.origin, {
       connections: opts.connections ?? CONNECTIONS_DEFAULT,
       pipelining: 1,
@@ -278,11 +283,13 @@ export class Narad {
 
   /** Closes the connections after in-flight requests finish (a waiting long poll delays it). */
   close(): Promise<void> {
+    if (this.#stream !== undefined) return this.#stream.close().then(() => this.#pool.close());
     return this.#pool.close();
   }
 
   /** Closes the connections at once; in-flight requests fail with NaradAmbiguousError. */
   destroy(): Promise<void> {
+    this.#stream?.destroy();
     return this.#pool.destroy();
   }
 
@@ -393,14 +400,27 @@ export class Narad {
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
-  async produce(topic: string, payload: Uint8Array | string, opts: ProduceOptions = {}): Promise<Produced> {
-    checkMessage(payload, opts.key, "produce");
+  produce(topic: string, payload: Uint8Array | string, opts: ProduceOptions & IdempotentSend = {}): Promise<Produced> {
+    try {
+      checkMessage(payload, opts.key, "produce");
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    // The stream carries no producer id yet (a reserved field), nor headers or a delay: those go by HTTP.
+    if (this.#stream !== undefined && opts.producerId === undefined && opts.headers === undefined && opts.delayMs === undefined) {
+      return this.#stream.produce(topic, payload, opts.key ?? null, () => this.#produceHttp(topic, payload, opts));
+    }
+    return this.#produceHttp(topic, payload, opts);
+  }
+
+  async #produceHttp(topic: string, payload: Uint8Array | string, opts: ProduceOptions & IdempotentSend): Promise<Produced> {
     const tp = this.#topicPath(topic);
     let path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
     if (opts.delayMs !== undefined) path += `${opts.key == null ? "?" : "&"}delay_ms=${opts.delayMs}`;
     // Headers ride in one request header as JSON, every character past ASCII \u-escaped (header
     // values are Latin-1 on the wire).
-    const h = opts.headers === undefined ? this.#hOctet : { ...this.#hOctet, [HEADERS.messageHeaders]: asciiJson(opts.headers) };
+    const base = withProducer(this.#hOctet, opts);
+    const h = opts.headers === undefined ? base : { ...base, [HEADERS.messageHeaders]: asciiJson(opts.headers) };
     const res = await this.#call("POST", path, h, payload, "produce");
     // The parsed body is the result: the owner's two fields go on it, no second object.
     const r = (await res.body.json()) as Produced;
@@ -420,7 +440,7 @@ export class Narad {
   async produceBatch(
     topic: string,
     messages: readonly ProduceMessage[],
-    opts: { encoding?: "binary" | "json" } = {},
+    opts: { encoding?: "binary" | "json" } & IdempotentSend = {},
   ): Promise<ProduceResult[]> {
     if (messages.length === 0) return [];
     if (messages.length > LIMITS.batchMessagesMax) {
@@ -443,11 +463,11 @@ export class Narad {
         };
         const text = JSON.stringify(body);
         checkBatchBody(Buffer.byteLength(text));
-        res = await this.#call("POST", path, this.#hJson, text, "produce batch");
+        res = await this.#call("POST", path, withProducer(this.#hJson, opts), text, "produce batch");
       } else {
         const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
         checkBatchBody(body.length);
-        res = await this.#call("POST", path, this.#hBatch, body, "produce batch");
+        res = await this.#call("POST", path, withProducer(this.#hBatch, opts), body, "produce batch");
       }
     } catch (e) {
       // Results that do not cover the batch message for message cannot say which were stored.
@@ -455,6 +475,25 @@ export class Narad {
       throw e;
     }
     return ((await res.body.json()) as BatchProduceResponse).results;
+  }
+
+  /**
+   * A new producer id (POST /v1/producers): 32 hex digits, kept by the broker until unused for
+   * its `producers.idle_expiry_ms`. Most callers want `producer({ idempotent: true })`, which
+   * takes one and numbers its messages.
+   */
+  async createProducerId(): Promise<string> {
+    const res = await this.#call("POST", `${this.#base}/producers`, this.#hJson, "{}", "create producer");
+    return ((await res.body.json()) as { producer_id: string }).producer_id;
+  }
+
+  /**
+   * An idempotent producer (./producer.ts): its produce() and produceBatch() re-send an
+   * ambiguous answer with the same sequence until the answer is definite, so a message is stored
+   * once. Its id is taken at its first produce.
+   */
+  producer(opts: IdempotentProducerOptions): IdempotentProducer {
+    return new IdempotentProducer(this, opts);
   }
 
   // ---------------------------------------------------------------- consume
@@ -1057,6 +1096,19 @@ function parseHeaders(raw: string | undefined): MessageHeaders {
   } catch {
     return {};
   }
+}
+
+/** Options of produce() and produceBatch() that make them idempotent; IdempotentProducer sets them. */
+export interface IdempotentSend {
+  /** From createProducerId(). */
+  producerId?: string;
+  /** The message's sequence (a batch's first; its messages take N, N+1, …). */
+  sequence?: number;
+}
+
+function withProducer(h: HeaderMap, o: IdempotentSend): HeaderMap {
+  if (o.producerId === undefined) return h;
+  return { ...h, [HEADERS.producerId]: o.producerId, [HEADERS.sequence]: String(o.sequence ?? 0) };
 }
 
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {

@@ -26,6 +26,13 @@ export interface NaradOptions {
    * (nothing was sent). Default 10 000 (undici's).
    */
   connectTimeoutMs?: number;
+  /**
+   * How produce() reaches the node: `"http"` (default), one request per message, or `"stream"`,
+   * the streaming protocol (docs/api.md, "Streaming protocol"): one long-lived connection,
+   * messages pipelined as binary frames, each answered on its own. A node that does not offer the
+   * stream is used over HTTP. Everything but produce() goes over HTTP either way.
+   */
+  transport?: "http" | "stream";
 }
 
 export interface TopicChild {
@@ -124,6 +131,8 @@ export interface UpdateTopicOptions {
 export interface ProduceResult {
   partition: number;
   offset: number;
+  /** An idempotent produce whose (producer, sequence) was stored before: this is the original, nothing was stored again. */
+  duplicate?: boolean;
 }
 
 /** What produce() resolves with: where the message was stored, and the node that stored it. */

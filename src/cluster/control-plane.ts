@@ -39,6 +39,7 @@ import * as nodesSql from "./control-plane/nodes-sql.js";
 import { rateLimitedWarn, redact, settingsOf, type ControlPlaneOptions, type Settings, type Warn } from "./control-plane/options.js";
 import { RefreshQueue, parseTargets } from "./control-plane/refresh.js";
 import * as topicsSql from "./control-plane/topics-sql.js";
+import * as producersSql from "./control-plane/producers-sql.js";
 import * as usersSql from "./control-plane/users-sql.js";
 import { CachedView } from "./control-plane/view.js";
 
@@ -265,7 +266,7 @@ export class ControlPlane implements UserStoreApi {
    * exactly this epoch. From memory; no database round trip.
    */
   ownsPartition(topic: string, partition: number, epoch: number): boolean {
-    if (!this.lease.isLive() || !this.viewCurrent) return false;
+    if ((!this.lease.isLive() || !this.viewCurrent) && !this.o.ownsWithoutLease) return false;
     const p = this.view.partitionPlacement(topic, partition);
     return p !== undefined && p.node === this.nodeId && p.epoch === epoch;
   }
@@ -419,6 +420,16 @@ export class ControlPlane implements UserStoreApi {
 
   revokeGrant(name: string, g: Grant): Promise<void> {
     return usersSql.revokeGrant(this.writer, name, g);
+  }
+
+  // ---- producer ids (src/cluster/producers.ts) -----------------------------------------------
+
+  insertProducer(id: string, idleExpiryMs: number, idsMax: number): Promise<void> {
+    return producersSql.insertProducer(this.db, id, idleExpiryMs, idsMax);
+  }
+
+  touchProducer(id: string, idleExpiryMs: number): Promise<boolean> {
+    return producersSql.touchProducer(this.db, id, idleExpiryMs);
   }
 
   // ---- writes --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import { pipeline } from "node:stream/promises";
 import type { Delivery, ProduceItem, ReplayResult } from "../broker/broker.js";
 import type { SettleOutcome } from "../broker/service.js";
 import { NaradError } from "../protocol/errors.js";
-import { LIMITS } from "../protocol/wire.js";
+import { decodeProducerBatch, LIMITS, PRODUCER_PREFIX_BYTES } from "../protocol/wire.js";
 import type { Mover } from "./moves.js";
 import type { ClusterService, LocalSettleAction } from "./service.js";
 import { INTERNAL_HEADERS, INTERNAL_PREFIX, tokenMatches } from "./wire.js";
@@ -105,6 +105,18 @@ function routes(cs: ClusterService, mover: Mover, http: InternalHttp): InternalR
         const payload = await http.readBody(req, LIMITS.messageBytesMax);
         const [r] = await cs.produceLocal(topicParam(p), partitionParam(p), [{ key, payload }]);
         http.sendJson(res, 202, r);
+      },
+    },
+    {
+      // An idempotent produce (src/broker/producers.ts): each message with its producer.
+      method: "POST",
+      path: "/topics/:topic/partitions/:partition/messages/idempotent",
+      perm: "produce",
+      handler: async (req, res, p) => {
+        const items = decodeProducerBatch(await http.readBody(req, LIMITS.batchBodyBytesMax + PRODUCER_PREFIX_BYTES * LIMITS.batchMessagesMax));
+        if (typeof items === "string") throw new NaradError("bad_request", `The forwarded idempotent batch is malformed: ${items}.`);
+        const results = await cs.produceLocal(topicParam(p), partitionParam(p), items);
+        http.sendJson(res, 202, { results });
       },
     },
     {

@@ -130,6 +130,22 @@ UPDATE narad.topics t SET owner_id = u.id FROM narad.users u WHERE u.name = t.ow
 UPDATE narad.topics SET owner = NULL WHERE owner_id IS NULL;
 `,
   },
+  {
+    version: 4,
+    name: "producer ids of idempotent producers",
+    sql: `
+-- Producer ids (SPEC "Idempotent producers"): minted by the nodes (16 random bytes, hex), kept
+-- until unused for producers.idle_expiry_ms. last_used_at is recorded coarsely (at most about
+-- once a minute per id and node), by the database clock. The dedupe state itself is not here:
+-- each partition rebuilds it from its log.
+CREATE TABLE narad.producers (
+  id            text PRIMARY KEY CHECK (id ~ '^[0-9a-f]{32}$'),
+  created_at    timestamptz NOT NULL DEFAULT now(),
+  last_used_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX producers_last_used_at ON narad.producers (last_used_at);
+`,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -37,13 +37,14 @@
 
 import { randomBytes } from "node:crypto";
 import { NaradError, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
-import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, defaultAcks, type ChildJson, type PlacementJson, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
+import { encodeBinaryBatch, encodeProducerBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE, LIMITS, defaultAcks, type ChildJson, type PlacementJson, type TopicJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Logger } from "pino";
 import { messagesBytesEstimate, type Broker, type Delivery, type ProduceItem, type ReplayResult, type SettleAction } from "../broker/broker.js";
 import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
 import { groupByPartition } from "../broker/partitioner.js";
+import { idempotentGroups } from "../broker/producers.js";
 import type { Produced, RequestContext, Service, SettleOutcome, TopicInfo, TopicOwner, TopicSettings } from "../broker/service.js";
 import type { Clock } from "../platform/clock.js";
 import type { StoredRecord } from "../storage/types.js";
@@ -508,8 +509,12 @@ export class ClusterService implements Service {
     );
   }
 
-  /** Item indexes per partition: a key's partition, or for unkeyed items the next one in turn. */
+  /**
+   * Item indexes per partition: a key's partition, or for unkeyed items the next one in turn (an
+   * idempotent produce's: its producer's, src/broker/producers.ts, the same on every node).
+   */
   private groupsFor(t: ClusterTopic, items: readonly ProduceItem[]): Map<number, number[]> {
+    if (items[0]?.producer !== undefined) return idempotentGroups(items, t.partitions);
     const keys = items.map((it) => it.key);
     const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, t.name, t.partitions) : 0;
     return groupByPartition(keys, t.partitions, unkeyed);
@@ -541,9 +546,12 @@ export class ClusterService implements Service {
           return await this.o.broker.produceTo(t.name, part, items);
         }
         if (!this.o.peers.usable(pl.node)) throw new NaradError("owner_unreachable", `Node ${pl.node}, the owner of ${t.name}/${part}, is down or not answering.`);
-        return await this.produces.submit(`${pl.node}\0${t.name}\0${part}\0${ctx.authorization ?? ""}`, { node: pl.node, topic: t.name, partition: part, items, ctx });
+        const idem = items[0]?.producer !== undefined ? "\0idempotent" : "";
+        return await this.produces.submit(`${pl.node}\0${t.name}\0${part}\0${ctx.authorization ?? ""}${idem}`, { node: pl.node, topic: t.name, partition: part, items, ctx });
       } catch (e) {
-        if (!(e instanceof NaradError) || !ROUTABLE.has(e.code)) throw e;
+        // An idempotent produce goes only to its partition's owner: another partition's window
+        // would not know its sequence (SPEC "Idempotent producers"). The refusal is definite.
+        if (!(e instanceof NaradError) || !ROUTABLE.has(e.code) || items[0]?.producer !== undefined) throw e;
         err = e;
       }
       tried.add(part);
@@ -574,6 +582,12 @@ export class ClusterService implements Service {
     const headers: Record<string, string> = {};
     if (ctx.authorization !== undefined) headers.authorization = ctx.authorization;
     let res: PeerResponse;
+    if (items[0]?.producer !== undefined) {
+      headers["content-type"] = BATCH_BINARY_TYPE;
+      res = await this.forward(node, { method: "POST", path: `${base}/idempotent`, headers, body: encodeProducerBatch(items) });
+      if (res.status !== 202) throw errorFromPeer(res);
+      return (JSON.parse(res.body.toString("utf8")) as { results: Produced[] }).results.map((r) => ownedBy(res, r));
+    }
     if (items.length === 1) {
       const it = items[0]!;
       headers["content-type"] = "application/octet-stream";
@@ -588,7 +602,7 @@ export class ClusterService implements Service {
   }
 
   /** Internal route: append to exactly this partition, which this node must own. */
-  async produceLocal(topic: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+  async produceLocal(topic: string, partition: number, items: ProduceItem[]): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
     await this.ensureKnown(topic);
     if (this.o.ownership.isFrozen(topic, partition)) throw new NaradError("not_owner", `${topic}/${partition} is frozen for a move.`);
     await this.o.ownership.ensureOpen(topic, partition);
@@ -927,7 +941,7 @@ function header(h: Record<string, string | string[] | undefined>, name: string):
 function ownedBy(res: PeerResponse, r: Produced): Produced {
   const owner = header(res.headers, "narad-node");
   const ownerBoot = header(res.headers, "narad-boot");
-  return { partition: r.partition, offset: r.offset, ...(owner !== undefined && ownerBoot !== undefined ? { owner, ownerBoot } : {}) };
+  return { partition: r.partition, offset: r.offset, ...(owner !== undefined && ownerBoot !== undefined ? { owner, ownerBoot } : {}), ...(r.duplicate === true ? { duplicate: true as const } : {}) };
 }
 
 function errText(e: unknown): string {

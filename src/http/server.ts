@@ -26,12 +26,13 @@
 // declares (src/http/cluster.ts).
 
 import { performance } from "node:perf_hooks";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, ServerResponse, type IncomingMessage, type Server } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import FindMyWay from "find-my-way";
 import type { Logger } from "pino";
 import type { Service } from "../broker/service.js";
+import type { ProducerIdsApi } from "../broker/producer-ids.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import type { UserStoreApi } from "../auth/user-store-api.js";
 import { NaradError } from "../protocol/errors.js";
@@ -46,6 +47,8 @@ import { nodeRoutes } from "./routes/nodes.js";
 import { opsRoutes } from "./routes/ops.js";
 import { topicRoutes } from "./routes/topics.js";
 import { userRoutes } from "./routes/users.js";
+import { createStreamServer, streamCreditBytes } from "./stream.js";
+import { STREAM_PROTOCOL } from "../protocol/stream.js";
 
 export interface HttpOptions {
   service: Service;
@@ -56,6 +59,8 @@ export interface HttpOptions {
   requestTimeoutMs: number;
   keepAliveTimeoutMs: number;
   users: UserStoreApi;
+  /** Producer ids (src/broker/producer-ids.ts: a file on one node, PostgreSQL in a cluster); absent: none are kept, idempotent produces are refused. */
+  producers?: ProducerIdsApi;
   /** Absent with security off (--dev): every request is allowed without credentials. */
   authenticator?: Authenticator;
   nowMs: () => number;
@@ -65,6 +70,8 @@ export interface HttpOptions {
   server?: Server;
   /** Why the node cannot serve now though it runs (a stopped log, no descriptor free), or null: /readyz says it. */
   notReady?: () => string | null;
+  /** The streaming protocol's credit per connection (src/http/stream.ts); default from a 64 MiB limits.pending_sync_bytes. */
+  streamCreditBytes?: number;
 }
 
 export interface NaradHttpServer {
@@ -144,6 +151,12 @@ function endAfterWrites(socket: Duplex): void {
   socket.end();
 }
 
+/** A server built without producer ids (some tests): ids are neither minted nor known. */
+const NO_PRODUCERS: ProducerIdsApi = {
+  mint: () => Promise.reject(new NaradError("not_found", "This server keeps no producer ids.")),
+  use: () => Promise.reject(new NaradError("unknown_producer")),
+};
+
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const { service: svc, nodeId, bootId, cluster } = opts;
   const log = opts.logger.child({ module: "http" });
@@ -158,7 +171,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId, audit };
   opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()), opts.notReady ?? (() => null));
   topicRoutes(deps, opts.users);
-  messageRoutes(deps);
+  messageRoutes(deps, opts.producers ?? NO_PRODUCERS);
   userRoutes(deps, opts.users, opts.nowMs);
   nodeRoutes(deps, cluster);
   if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalRouteKit(nodeId, bootId));
@@ -287,6 +300,23 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     else if (err.code === "HPE_HEADER_OVERFLOW") answerRaw(socket, new NaradError("header_fields_too_large"), "Request Header Fields Too Large");
     else answerRaw(socket, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`), "Bad Request");
   });
+  // The streaming protocol (GET /v1/stream, Upgrade: narad-stream): src/http/stream.ts.
+  const streams = createStreamServer({ svc, users: opts.users, nodeId, bootId, logger: opts.logger, creditBytes: opts.streamCreditBytes ?? streamCreditBytes(64 * 1024 * 1024), ...(opts.authenticator !== undefined ? { authenticator: opts.authenticator } : {}) });
+  // With an upgrade listener Node hands every Upgrade request here. One for another protocol
+  // without a body (curl --http2 asks for h2c on a GET) is served as the HTTP/1.1 request it also
+  // is, as Node would without the listener, then the connection closes; with a body it is refused.
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (!ready) return answerRaw(socket, new NaradError("shutting_down", "The node is starting; retry shortly."), "Service Unavailable");
+    const bodyless = head.length === 0 && req.headers["transfer-encoding"] === undefined && (req.headers["content-length"] ?? "0") === "0";
+    if (String(req.headers.upgrade).toLowerCase() !== STREAM_PROTOCOL && bodyless) {
+      const res = new ServerResponse(req);
+      res.shouldKeepAlive = false;
+      res.assignSocket(socket as Socket);
+      res.once("finish", () => endAfterWrites(socket));
+      return onRequest(req, res);
+    }
+    streams.onUpgrade(req, socket, head);
+  });
   server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
     identify(res, identityHeaders);
     res.setHeader("connection", "close");
@@ -327,14 +357,16 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       svc.releaseWaiters();
       server.close();
       server.closeIdleConnections();
-      if (inFlight === 0) return Promise.resolve();
-      return new Promise<void>((resolve) => {
+      const streamsDrained = streams.drain(graceMs);
+      if (inFlight === 0) return streamsDrained;
+      const requests = new Promise<void>((resolve) => {
         const t = setTimeout(resolve, graceMs);
         drained = () => {
           clearTimeout(t);
           resolve();
         };
       });
+      return Promise.all([requests, streamsDrained]).then(() => undefined);
     },
   };
 }

@@ -27,6 +27,16 @@ export async function writeFileAtomic(filePath: string, data: string | Buffer): 
   await fsyncDir(path.dirname(filePath));
 }
 
+/** A small file's text, or undefined when there is none (any other error is thrown). */
+export async function readFileIfExists(filePath: string): Promise<string | undefined> {
+  try {
+    return await fsp.readFile(filePath, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw e;
+  }
+}
+
 /** True for the temp files writeFileAtomic leaves behind when the process dies mid-way. */
 export function isAtomicTempName(name: string): boolean {
   return /\.[0-9a-f]{12}\.tmp$/.test(name);

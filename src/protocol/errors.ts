@@ -43,6 +43,11 @@ export const ERRORS = {
     definite: true,
     message: "The receipt handle is malformed, forged, or belongs to another topic.",
   },
+  unknown_producer: {
+    status: 400,
+    definite: true,
+    message: "The producer id is unknown or expired (unused for producers.idle_expiry_ms); get a new one with POST /v1/producers.",
+  },
   unauthorized: { status: 401, definite: true, message: "Credentials are missing or wrong." },
   forbidden: { status: 403, definite: true, message: "These credentials do not allow this action." },
   topic_not_found: { status: 404, definite: true, message: "No topic has this name; create it first." },
@@ -65,6 +70,11 @@ export const ERRORS = {
     status: 409,
     definite: true,
     message: "The node holds as many partitions as limits.partitions allows; delete topics or raise the limit (and the process's descriptor limit).",
+  },
+  sequence_out_of_window: {
+    status: 409,
+    definite: true,
+    message: "The sequence is older than the partition's dedupe window; nothing was stored, and whether an earlier send of it landed is not known.",
   },
   receipt_handle_gone: {
     status: 410,
@@ -113,6 +123,16 @@ export const ERRORS = {
     status: 429,
     definite: true,
     message: "Too many long polls are waiting on this node; retry after the Retry-After seconds.",
+  },
+  credit_exceeded: {
+    status: 429,
+    definite: true,
+    message: "The stream connection sent more bytes than the credit the node gave it; wait for CREDIT frames before sending more (docs/api.md, \"Streaming protocol\").",
+  },
+  too_many_producers: {
+    status: 429,
+    definite: true,
+    message: "As many producer ids are live as producers.ids_max allows; reuse producers or wait for idle ones to expire.",
   },
   internal: { status: 500, definite: false, message: "An internal error; the operation may or may not have happened." },
   unavailable: {

@@ -69,6 +69,10 @@ export const HEADERS = {
   ownerBoot: "narad-owner-boot",
   /** A message's own headers, as a JSON object of strings (ASCII: other characters \u-escaped). */
   messageHeaders: "narad-headers",
+  /** Idempotent produce (docs/api.md): the producer's id, its sequence, and the duplicate answer. */
+  producerId: "narad-producer-id",
+  sequence: "narad-sequence",
+  duplicate: "narad-duplicate",
 } as const;
 
 /** Content type of the compact binary batch produce encoding (see docs/api.md). */
@@ -322,6 +326,39 @@ export function decodeBinaryBatch(body: Buffer | readonly Buffer[]): { key: stri
   return out;
 }
 
+
+/**
+ * Between cluster nodes only: an idempotent produce forwarded to a partition's owner, as the
+ * binary batch above with each message's producer before its payload inside the payload field:
+ * 16 bytes of producer id, u64 BE sequence, then the message's payload. One forward may merge
+ * several clients' requests, so each message carries its own producer.
+ */
+export const PRODUCER_PREFIX_BYTES = 24;
+
+export function encodeProducerBatch(messages: readonly { key: string | null; payload: Uint8Array; producer?: { id: string; sequence: number } }[]): Buffer {
+  return encodeBinaryBatch(
+    messages.map((m) => {
+      const b = Buffer.allocUnsafe(PRODUCER_PREFIX_BYTES + m.payload.length);
+      b.write(m.producer!.id, 0, 16, "hex");
+      b.writeBigUInt64BE(BigInt(m.producer!.sequence), 16);
+      b.set(m.payload, PRODUCER_PREFIX_BYTES);
+      return { key: m.key, payload: b };
+    }),
+  );
+}
+
+export function decodeProducerBatch(body: Buffer | readonly Buffer[]): { key: string | null; payload: Buffer; producer: { id: string; sequence: number } }[] | string {
+  const d = decodeBinaryBatch(body);
+  if (typeof d === "string") return d;
+  const out: { key: string | null; payload: Buffer; producer: { id: string; sequence: number } }[] = [];
+  for (const m of d) {
+    if (m.payload.length < PRODUCER_PREFIX_BYTES) return "a message without its producer";
+    const sequence = m.payload.readBigUInt64BE(16);
+    if (sequence > BigInt(Number.MAX_SAFE_INTEGER)) return "a sequence past 2^53";
+    out.push({ key: m.key, payload: m.payload.subarray(PRODUCER_PREFIX_BYTES), producer: { id: m.payload.toString("hex", 0, 16), sequence: Number(sequence) } });
+  }
+  return out;
+}
 
 /** Content type of a batch of leased messages in binary (consume/batch with this Accept, and between nodes). */
 export const DELIVERIES_TYPE = "application/vnd.narad.deliveries";

@@ -18,6 +18,7 @@ export const CONTROL_PLANE_DEFAULTS = {
   listenReconnectMinMs: 100,
   listenReconnectMaxMs: 5000,
   startupTimeoutMs: 15_000,
+  ownsWithoutLease: false,
 } as const;
 
 export const CONTROL_PLANE_LIMITS = {
@@ -55,6 +56,11 @@ export interface ControlPlaneOptions {
   listenReconnectMaxMs?: number;
   /** connect() retries an unreachable database this long before giving up. */
   startupTimeoutMs?: number;
+  /**
+   * Test only, the seeded bug fenced-leader-answers (src/broker/seeded-bugs.ts): the owner check
+   * trusts the cached view and ignores the lease deadline, as a zombie leader would.
+   */
+  ownsWithoutLease?: boolean;
 }
 
 /** The options with every default filled in; the clock, scheduler and logger are kept apart. */

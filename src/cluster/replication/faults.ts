@@ -3,8 +3,19 @@
 // src/server.ts builds the faults from NARAD_TEST_BUGS (refused unless --dev or NARAD_TEST_MODE=1),
 // whose replication names are listed in src/broker/seeded-bugs.ts with the others.
 
+import type { Scheduler } from "../../platform/scheduler.js";
+
+/**
+ * follower-ack-before-fsync: how long a follower's log holds its writes before it flushes and
+ * fsyncs them. The bug is modelled on JetStream's default, where a replica answers at once and
+ * syncs on a timer (`sync_interval`, two minutes), the shape Jepsen's NATS 2.12.1 analysis found
+ * losing acknowledged writes; a second here keeps the window wide enough that a power loss of
+ * the follower takes back what a quorum acknowledged, every time it strikes under load.
+ */
+export const FOLLOWER_SYNC_INTERVAL_MS = 1_000;
+
 export interface ReplicationFaults {
-  /** A follower answers an append with its new end before the fsync that makes it durable. */
+  /** A follower answers an append with its new end before the fsync that makes it durable (and syncs on a timer). */
   followerAnswersBeforeFsync: boolean;
   /** A failover promotes the first live follower, whether or not it holds every acknowledged record. */
   electsIncompleteFollower: boolean;
@@ -24,5 +35,15 @@ export function replicationFaults(bugs: readonly string[]): ReplicationFaults {
     followerAnswersBeforeFsync: bugs.includes("follower-ack-before-fsync"),
     electsIncompleteFollower: bugs.includes("elect-incomplete-follower"),
     acksNotShipped: bugs.includes("acks-not-replicated"),
+  };
+}
+
+/** The scheduler of a follower's log under follower-ack-before-fsync: its group commit waits for the timer. */
+export function syncOnTimer(inner: Scheduler, intervalMs: number = FOLLOWER_SYNC_INTERVAL_MS): Scheduler {
+  return {
+    after: (ms, fn) => inner.after(ms, fn),
+    every: (ms, fn) => inner.every(ms, fn),
+    sleep: (ms) => inner.sleep(ms),
+    soon: (fn) => void inner.after(intervalMs, fn),
   };
 }

@@ -38,7 +38,7 @@ import { cpCall } from "../service.js";
 import { NaradError } from "../../protocol/errors.js";
 import { INTERNAL_PREFIX } from "../wire.js";
 import { decodeRecords } from "./codec.js";
-import { NO_REPLICATION_FAULTS, type ReplicationFaults } from "./faults.js";
+import { NO_REPLICATION_FAULTS, syncOnTimer, type ReplicationFaults } from "./faults.js";
 import { FollowerReplica, ReplicaRefusal, type ReplicaStatus } from "./follower.js";
 import { compareRank, type EpochEntry } from "./history.js";
 import { REPLICATION_LIMITS, ReplicatedLog, type CursorUpdate, type LeaderContext } from "./leader.js";
@@ -161,7 +161,8 @@ export class Replication {
     const replica = (async () => {
       if (have !== undefined) await this.closeFollower(topic, partition);
       const dir = placement.partitionDir(topic, incarnation, partition);
-      return FollowerReplica.open(dir, { open: () => placement.openReplicaFiles(topic, incarnation, partition), fs: realFs }, logger, this.faults);
+      const logScheduler = this.faults.followerAnswersBeforeFsync ? syncOnTimer(this.scheduler) : undefined;
+      return FollowerReplica.open(dir, { open: () => placement.openReplicaFiles(topic, incarnation, partition, logScheduler), fs: realFs }, logger, this.faults);
     })();
     this.followers.set(key, { incarnation, replica });
     replica.then(

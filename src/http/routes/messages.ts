@@ -5,7 +5,9 @@
 // a flat header list (src/http/respond.ts); nothing here adds an await or a closure per message.
 
 import type { IncomingMessage } from "node:http";
-import type { Delivery, SettleAction } from "../../broker/broker.js";
+import type { Delivery, ProduceItem, SettleAction } from "../../broker/broker.js";
+import type { ProducerIdsApi } from "../../broker/producer-ids.js";
+import type { Produced } from "../../broker/service.js";
 import { NaradError } from "../../protocol/errors.js";
 import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
 import { readBatch, readBody, readJson } from "../body.js";
@@ -13,7 +15,34 @@ import { asObject, badExtend, checkKey, headersFromRequest, headersHeaderValue, 
 import { abortOnClose, head, outcomeStatus, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
 import type { Ctx, RouteDeps } from "../router.js";
 
-export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps): void {
+export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers: ProducerIdsApi): void {
+  // ---- idempotent producers (docs/api.md, "Idempotent producers") -----------------------------
+  on("POST", "/v1/producers", "user", async (_req, res) => {
+    sendJson(res, 201, { producer_id: await producers.mint() });
+  });
+  /** An idempotent produce's producer and first sequence, checked, or null when it is not one. */
+  const idempotence = async (req: IncomingMessage): Promise<{ id: string; sequence: number } | null> => {
+    const idh = req.headers[HEADERS.producerId];
+    const seqh = req.headers[HEADERS.sequence];
+    if (idh === undefined && seqh === undefined) return null;
+    if (typeof idh !== "string" || typeof seqh !== "string") {
+      throw new NaradError("invalid_argument", "An idempotent produce carries both Narad-Producer-Id and Narad-Sequence, once each.");
+    }
+    if (!/^(0|[1-9][0-9]{0,15})$/.test(seqh) || !Number.isSafeInteger(Number(seqh))) {
+      throw new NaradError("invalid_argument", "Narad-Sequence is an integer N with 0 <= N < 2^53, in decimal digits.");
+    }
+    const id = idh.toLowerCase();
+    await producers.use(id);
+    return { id, sequence: Number(seqh) };
+  };
+  const numbered = (items: ProduceItem[], idem: { id: string; sequence: number }): ProduceItem[] => {
+    if (idem.sequence + items.length - 1 > Number.MAX_SAFE_INTEGER) {
+      throw new NaradError("invalid_argument", "The batch's last sequence (Narad-Sequence + messages - 1) would pass 2^53 - 1.");
+    }
+    return items.map((it, i) => ({ key: it.key, payload: it.payload, producer: { id: idem.id, sequence: idem.sequence + i } }));
+  };
+  const resultJson = (r: Produced) => (r.duplicate === true ? { partition: r.partition, offset: r.offset, duplicate: true } : { partition: r.partition, offset: r.offset });
+
   // ---- produce --------------------------------------------------------------------------------
   on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
@@ -22,20 +51,25 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps): void {
     checkKey(key);
     // A per-message delay and headers (issue 16 item 13): checked before the body is read.
     const delayMs = parseDelayMs(q.get("delay_ms") ?? undefined);
-    const headers = headersFromRequest(req.headers[HEADERS.messageHeaders]);
+    const msgHeaders = headersFromRequest(req.headers[HEADERS.messageHeaders]);
+    const idem = await idempotence(req);
     const payload = await readBody(req, LIMITS.messageBytesMax);
-    const item = headers === undefined && delayMs === undefined ? { key, payload } : { key, payload, ...(headers !== undefined ? { headers } : {}), ...(delayMs !== undefined ? { delayMs } : {}) };
-    const [r] = await svc.produce(topic, [item], ctx.req);
+    const item = msgHeaders === undefined && delayMs === undefined ? { key, payload } : { key, payload, ...(msgHeaders !== undefined ? { headers: msgHeaders } : {}), ...(delayMs !== undefined ? { delayMs } : {}) };
+    const [r] = await svc.produce(topic, idem === null ? [item] : numbered([item], idem), ctx.req);
     // The owner that stored it, as a consume names the lease's owner (the verification toolkit
     // records it: a kill of that node is what can make a child receive a copy twice).
-    sendJson(res, 202, { partition: r!.partition, offset: r!.offset }, [HEADERS.owner, r!.owner ?? nodeId, HEADERS.ownerBoot, r!.ownerBoot ?? bootId]);
+    const headers = [HEADERS.owner, r!.owner ?? nodeId, HEADERS.ownerBoot, r!.ownerBoot ?? bootId];
+    if (r!.duplicate === true) headers.push(HEADERS.duplicate, "true");
+    sendJson(res, 202, resultJson(r!), headers);
   });
   on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
     await svc.checkTopic(topic);
+    const idem = await idempotence(req);
     const items = await readBatch(req);
-    const results = await svc.produce(topic, items, ctx.req);
-    sendJson(res, 202, { results: results.map((r) => ({ partition: r.partition, offset: r.offset })) });
+    const results = await svc.produce(topic, idem === null ? items : numbered(items, idem), ctx.req);
+    const dup = idem !== null && results.some((r) => r.duplicate === true);
+    sendJson(res, 202, { results: results.map(resultJson) }, dup ? [HEADERS.duplicate, "true"] : undefined);
   });
 
   // ---- consume ----------------------------------------------------------------------------------

@@ -18,8 +18,10 @@ export const F_EXTEND = 4;
 export const F_NACK = 5;
 export const F_REPLAY = 6;
 export const F_FAULT = 7;
+/** An ack with dead_letter=true (next wave): settles the pair by moving it to the dead-letter topic. */
+export const F_DEAD_LETTER = 8;
 
-export const F_NAMES = ["", "produce", "consume", "ack", "extend", "nack", "replay", "fault"] as const;
+export const F_NAMES = ["", "produce", "consume", "ack", "extend", "nack", "replay", "fault", "dead-letter"] as const;
 
 const F_CODE: Record<string, number> = {
   produce: F_PRODUCE,
@@ -29,6 +31,7 @@ const F_CODE: Record<string, number> = {
   nack: F_NACK,
   replay: F_REPLAY,
   fault: F_FAULT,
+  "dead-letter": F_DEAD_LETTER,
 };
 
 /** Outcome of an operation. OPEN: the history ended before it completed (read as ambiguous). */
@@ -89,6 +92,11 @@ export class Interner {
   find(name: string): number {
     const n = this.encode(name);
     return this.lookup(this.scratch, 0, n, fnv1a(this.scratch, 0, n));
+  }
+
+  /** The id of the name whose UTF-8 bytes are buf[start, end) with the given FNV-1a hash, or -1 (never adds it). */
+  findBytes(buf: Uint8Array, start: number, end: number, hash: number): number {
+    return this.lookup(buf, start, end, hash);
   }
 
   /** The id of the name whose UTF-8 bytes are buf[start, end) with the given FNV-1a hash. */
@@ -191,6 +199,9 @@ export class OpTable {
   offset: Float64Array<ArrayBuffer>;
   node: Int32Array<ArrayBuffer>;
   status: Int16Array<ArrayBuffer>;
+  /** An idempotent produce's producer id (interned; -1: a plain produce) and sequence. */
+  producer: Int32Array<ArrayBuffer>;
+  sequence: Float64Array<ArrayBuffer>;
 
   /** `capacity`: expected operations; a good guess saves the copies of growing. */
   constructor(capacity = 1024) {
@@ -208,6 +219,8 @@ export class OpTable {
     this.offset = new Float64Array(n);
     this.node = new Int32Array(n);
     this.status = new Int16Array(n);
+    this.producer = new Int32Array(n);
+    this.sequence = new Float64Array(n);
   }
 
   add(f: number, proc: number, invIdx: number, invNs: number): number {
@@ -226,6 +239,8 @@ export class OpTable {
     this.offset[i] = -1;
     this.node[i] = -1;
     this.status[i] = 0;
+    this.producer[i] = -1;
+    this.sequence[i] = -1;
     return i;
   }
 
@@ -252,6 +267,8 @@ export class OpTable {
     this.offset = g(this.offset, Float64Array);
     this.node = g(this.node, Int32Array);
     this.status = g(this.status, Int16Array);
+    this.producer = g(this.producer, Int32Array);
+    this.sequence = g(this.sequence, Float64Array);
   }
 }
 
@@ -272,9 +289,21 @@ export interface FaultRec {
   lossy: boolean;
 }
 
+/** Where a delivery on a dead-letter topic came from (its consume ok's `origin`). */
+export interface OriginRec {
+  /** The origin topic, interned. */
+  topic: number;
+  partition: number;
+  offset: number;
+  /** Deliveries there when it moved. */
+  deliveries: number;
+}
+
 export interface ReplayRec {
   op: number;
   offsets: number[];
+  /** The message of each offset, interned; -1 for a message no operation named before the replay. */
+  msgs: number[];
 }
 
 /** Boot ids reported by one node, as the times where the reported boot changed. */
@@ -299,6 +328,10 @@ export interface RunData {
   faults: FaultRec[];
   replays: ReplayRec[];
   bootTracks: Map<number, BootTrack>;
+  /** Producer ids of idempotent produces. */
+  producers: Interner;
+  /** Per delivery (op row) on a dead-letter topic that named one: its origin. */
+  origins: Map<number, OriginRec>;
 }
 
 export function msgKey(v: unknown): string {
@@ -320,6 +353,8 @@ export class Collector {
   readonly faults: FaultRec[] = [];
   readonly replays: ReplayRec[] = [];
   readonly bootTracks = new Map<number, BootTrack>();
+  readonly producers = new Interner();
+  readonly origins = new Map<number, OriginRec>();
   private pendingByProc: number[] = [];
   /** Fault rows to their index in `faults` (faults are few; no column for them). */
   private readonly faultOfOp = new Map<number, number>();
@@ -351,6 +386,7 @@ export class Collector {
         case "produce":
           ops.topic[op] = this.topics.id(v["topic"] as string);
           ops.msg[op] = this.msgs.id(msgKey(v["msg"]));
+          if (typeof v["producer"] === "string") this.idempotent(op, this.producers.id(v["producer"]), v["sequence"] as number);
           break;
         case "consume":
           ops.topic[op] = this.topics.id(v["topic"] as string);
@@ -358,6 +394,7 @@ export class Collector {
         case "ack":
         case "extend":
         case "nack":
+        case "dead-letter":
           ops.topic[op] = this.topics.id(v["topic"] as string);
           ops.msg[op] = this.msgs.id(msgKey(v["msg"]));
           ops.delivery[op] = this.deliveries.id(msgKey(v["delivery"]));
@@ -400,13 +437,26 @@ export class Collector {
           this.boots.id(v["boot"] as string),
           ev.time_ns,
         );
+        const origin = v["origin"] as Record<string, unknown> | undefined;
+        if (origin !== undefined) {
+          this.origins.set(op, {
+            topic: this.topics.id(origin["topic"] as string),
+            partition: origin["partition"] as number,
+            offset: origin["offset"] as number,
+            deliveries: origin["deliveries"] as number,
+          });
+        }
         break;
       }
       case "replay": {
         const msgs = v["msgs"] as Array<[number, unknown]>;
         const offsets = new Array<number>(msgs.length);
-        for (let i = 0; i < msgs.length; i++) offsets[i] = msgs[i]![0];
-        this.replayed(op, offsets);
+        const ids = new Array<number>(msgs.length);
+        for (let i = 0; i < msgs.length; i++) {
+          offsets[i] = msgs[i]![0];
+          ids[i] = this.msgs.find(msgKey(msgs[i]![1]));
+        }
+        this.replayed(op, offsets, ids);
         break;
       }
       case "fault": {
@@ -448,9 +498,9 @@ export class Collector {
     return op;
   }
 
-  /** Records the offsets a replay answered. */
-  replayed(op: number, offsets: number[]): void {
-    this.replays.push({ op, offsets });
+  /** Records the offsets a replay answered and their messages. */
+  replayed(op: number, offsets: number[], msgs: number[]): void {
+    this.replays.push({ op, offsets, msgs });
   }
 
   /** Records what a consume ok delivered. */
@@ -462,6 +512,12 @@ export class Collector {
     ops.delivery[op] = delivery;
     ops.node[op] = node;
     this.reportBoot(node, boot, timeNs, op);
+  }
+
+  /** Records an idempotent produce's producer id and sequence (its invoke). */
+  idempotent(op: number, producer: number, sequence: number): void {
+    this.ops.producer[op] = producer;
+    this.ops.sequence[op] = sequence;
   }
 
   /** Records the owner a produce ok names (the node whose copier copies it to the children). */
@@ -510,7 +566,10 @@ export class Collector {
   finish(): RunData {
     if (this.config === null) throw new Error("collector: no config line (the reader should have refused the history)");
     // Topics the config names get ids too, so the judge can look children up without adding any.
-    for (const name of Object.keys(this.config.topics)) this.topics.id(name);
+    for (const [name, tc] of Object.entries(this.config.topics)) {
+      this.topics.id(name);
+      if (typeof tc.dead_letter_topic === "string") this.topics.id(tc.dead_letter_topic);
+    }
     for (const [parent, list] of Object.entries(this.config.children ?? {})) {
       this.topics.id(parent);
       for (const c of list) this.topics.id(c.topic);
@@ -529,6 +588,8 @@ export class Collector {
       faults: this.faults,
       replays: this.replays,
       bootTracks: this.bootTracks,
+      producers: this.producers,
+      origins: this.origins,
     };
   }
 }

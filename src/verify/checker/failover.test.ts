@@ -94,6 +94,40 @@ test("failover: a frozen leader's lease ends at the failover, so another owner m
   assert.deepEqual(run("n2", {}).anomalies.map((a) => a.name), ["double-lease"]);
 });
 
+test("failover: with node_lease_ms, a cut-off or frozen leader's acks and leases count only until its lease deadline (the fault plus the lease)", () => {
+  // The cut takes hold at 6; with a lease of 1 000 ms the old leader is fenced by 1 006 (+50 slack).
+  const cutThenAck = (ackAtMs: number, config: Partial<ConfigValue>) => {
+    const b = new HistoryBuilder(config);
+    b.produce("p1", "t", "m1", 0, 10);
+    b.consume("c1", "t", "m1", "d1", 20, 21, { node: "n1", boot: "b1" });
+    b.fault("cut", 5, 6, { node: "n1", lines: ["peers", "control-plane"] }, "ok", { proxy: {} });
+    b.ack("c1", "t", "m1", "d1", ackAtMs, ackAtMs + 1);
+    b.consume("c2", "t", "m1", "d2", 2500, 2501, { node: "n2", boot: "b2" });
+    b.ack("c2", "t", "m1", "d2", 2510, 2511);
+    b.fault("heal", 3000, 3001, { node: "n1" }, "ok", { proxy: {} });
+    b.empty("c2", "t", 3100, 3101);
+    return checkEvents(b.build().events);
+  };
+  const lease = replicated(3, { node_lease_ms: 1000 });
+  assert.equal(cutThenAck(900, lease).verdict, "valid", "an ack begun before the deadline may be forgotten");
+  assert.deepEqual(cutThenAck(1500, lease).anomalies.map((a) => a.name), ["duplicate-after-ack"], "a 204 from a fenced leader is a lie");
+  assert.equal(cutThenAck(1500, replicated()).verdict, "valid", "without the lease, until the heal");
+  // A lease handed out by the frozen leader after its deadline is not ended by the failover.
+  const pauseThenLease = (leaseAtMs: number) => {
+    const b = new HistoryBuilder(lease);
+    b.produce("p1", "t", "m1", 0, 10);
+    b.fault("pause", 100, 101, { node: "n1" }, "ok", { state: "T" });
+    b.consume("c1", "t", "m1", "d1", leaseAtMs, leaseAtMs + 1, { node: "n1", boot: "b1" });
+    b.consume("c2", "t", "m1", "d2", 2000, 2001, { node: "n2", boot: "b2" });
+    b.ack("c2", "t", "m1", "d2", 2010, 2011);
+    b.fault("resume", 3000, 3001, { node: "n1" }, "ok", { state: "S" });
+    b.empty("c2", "t", 3100, 3101);
+    return checkEvents(b.build().events);
+  };
+  assert.equal(pauseThenLease(50).verdict, "valid");
+  assert.deepEqual(pauseThenLease(1300).anomalies.map((a) => a.name), ["double-lease"]);
+});
+
 test("failover: no fault explains a lost 202 on a replicated topic", () => {
   const b = new HistoryBuilder(replicated());
   const p = b.produce("p1", "t", "m1", 0, 10, "ok", 0, { node: "n1", boot: "b1" });

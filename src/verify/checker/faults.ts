@@ -21,7 +21,9 @@
 //     forgotten ack within the replication window (ack_flush_ms + replication_lag_ms): acks ship
 //     to the followers on the ack log's schedule, so the new leader may lack the last of them. A
 //     pause or a cut lasts until its resume or heal: the old owner may take acks and hand out
-//     leases until then that never reach the new leader.
+//     leases until then that never reach the new leader; when the config gives node_lease_ms,
+//     only until its lease deadline (the fault's completion plus the lease): a lease or an ack
+//     begun after it was taken by a node that should have been fenced, and is not explained.
 //   - on a replicated topic, a crash (kill, power loss) of a follower that later leads and
 //     redelivers: acks reach a follower on the ack log's schedule and wait in its memory for its
 //     own flush (and, for a power loss, fsync); a follower that crashed before then lost them for
@@ -171,10 +173,16 @@ export class FaultIndex {
     this.replicated = new Uint8Array(run.topics.size);
     for (const [name, t] of Object.entries(run.config.topics)) if ((t.replication_factor ?? 1) > 1) this.replicated[run.topics.find(name)] = 1;
     // A pause or cut acts until it ends (resume, heal): its failover entry's compNs is that end.
+    // With the nodes' lease in the config, the frozen or cut-off owner stopped acknowledging by
+    // its lease deadline, no later than the lease after the fault took hold: only leases and
+    // acks begun before then are its to forget (fencedByNs).
+    const leaseMs = run.config.node_lease_ms;
+    const fencedBy = (f: FaultInfo): { fencedByNs?: number } =>
+      typeof leaseMs === "number" && (f.kind === "pause" || f.kind === "cut") && Number.isFinite(f.time.compNs) ? { fencedByNs: f.time.compNs + leaseMs * 1e6 } : {};
     this.failovers = this.replicated.includes(1)
       ? faults
           .filter((f) => f.mayHaveHappened && usable(f) && FAILS_OVER.has(f.kind))
-          .map((f) => ({ info: f, time: { ...f.time, compNs: f.kind === "pause" || f.kind === "cut" ? f.endNs : f.time.compNs, failover: true } }))
+          .map((f) => ({ info: f, time: { ...f.time, compNs: f.kind === "pause" || f.kind === "cut" ? f.endNs : f.time.compNs, failover: true, ...fencedBy(f) } }))
       : [];
     const anyReplicated = this.replicated.includes(1);
     this.crashes = anyReplicated ? faults.filter((f) => f.mayHaveHappened && usable(f) && f.node >= 0 && (f.kind === "kill" || f.kind === "power-loss")) : [];

@@ -29,6 +29,8 @@ export interface ConsumeOpts {
   partition?: number;
   offset?: number;
   deliveryCount?: number;
+  /** A delivery on a dead-letter topic: where it came from. */
+  origin?: { topic: string; partition: number; offset: number; deliveries: number };
 }
 
 export function defaultConfig(over: Partial<ConfigValue> = {}): ConfigValue {
@@ -105,16 +107,52 @@ export class HistoryBuilder {
       delivery_count: o.deliveryCount ?? 1,
       node: o.node ?? "n1",
       boot: o.boot ?? "b1",
+      ...(o.origin !== undefined ? { origin: o.origin } : {}),
     });
+  }
+
+  /**
+   * An idempotent produce (or a re-send of one): the invoke carries producer and sequence. "ok"
+   * stores it at `at` (partition and offset, default the next offset of partition 0), and
+   * `duplicate` adds `duplicate: true` to the ok; "info" is an ambiguous answer.
+   */
+  idempotentProduce(
+    process: string,
+    topic: string,
+    msg: string,
+    producer: string,
+    sequence: number,
+    invMs: number,
+    compMs: number | null,
+    outcome: "ok" | "info" | "fail" | "open" = "ok",
+    at?: { partition: number; offset: number; duplicate?: boolean },
+  ): number {
+    const v = { topic, msg, producer, sequence };
+    if (outcome !== "ok") return this.op(process, "produce", v, invMs, compMs, outcome, outcome === "fail" ? { status: 409, error: "sequence_out_of_window" } : { error: "timeout" });
+    const partition = at?.partition ?? 0;
+    let offset = at?.offset;
+    if (offset === undefined) {
+      const key = `${topic}/${partition}`;
+      offset = this.offsets.get(key) ?? 0;
+      this.offsets.set(key, offset + 1);
+    }
+    const ok: Record<string, unknown> = { partition, offset, status: 202 };
+    if (at?.duplicate === true) ok["duplicate"] = true;
+    return this.op(process, "produce", v, invMs, compMs, "ok", ok);
+  }
+
+  /** An ack with dead_letter=true; outcome as for `handle`. */
+  deadLetter(process: string, topic: string, msg: string, delivery: string, invMs: number, compMs: number | null, outcome: Outcome | 410 = "ok"): number {
+    return this.handle("dead-letter", process, topic, msg, delivery, invMs, compMs, outcome);
   }
 
   empty(process: string, topic: string, invMs: number, compMs: number): number {
     return this.op(process, "consume", { topic }, invMs, compMs, "ok", { topic, msg: null });
   }
 
-  /** ack / extend / nack; outcome "ok" is a 204, 410 an info with status 410, "info" an error. */
+  /** ack / extend / nack / dead-letter; outcome "ok" is a 204, 410 an info with status 410, "info" an error. */
   handle(
-    f: "ack" | "extend" | "nack",
+    f: "ack" | "extend" | "nack" | "dead-letter",
     process: string,
     topic: string,
     msg: string,

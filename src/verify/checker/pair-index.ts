@@ -8,8 +8,16 @@
 //   - per path: its final drain (the last empty consume to begin) and the latest lease start of an
 //     ambiguous consume whose lease may outlive the drain's start.
 // A message's pairs are a linked list (a message has few paths).
+//
+// Next wave (SPEC "Idempotent producers", "Dead letters"):
+//   - per message, whether every produce of it carried one (producer, sequence): its re-sends are
+//     then one produce, and where it was stored (produce oks, deliveries and replays on its
+//     topic) is gathered for the duplicate-produce rule;
+//   - per pair on a topic with a dead-letter topic D, a pair (message, D) owed only if the first
+//     one is dead-lettered (`owed` 2), linked to it by `sourceOf`; dead-letter ops (acks with
+//     dead_letter=true) join their pair's operations like acks.
 
-import { F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
+import { F_ACK, F_CONSUME, F_DEAD_LETTER, F_EXTEND, F_NACK, F_PRODUCE, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
 import type { Topology } from "./topology.js";
 
 export class PairIndex {
@@ -21,13 +29,19 @@ export class PairIndex {
   readonly firstDeliveryNs: Float64Array;
   /** Deliveries (consume oks with a message) in the whole run. */
   readonly deliveries: number;
+  /** 1 when every produce of the message carried one (producer, sequence): an idempotent message. */
+  readonly oneSequence: Uint8Array;
+  /** Consumes on each path that may have leased a message unseen (info or never completed), by invoke time. */
+  readonly ambiguousConsumeNs: Float64Array[];
 
   // ---- pairs ----
   nPairs = 0;
   msgOf: Int32Array;
   topicOf: Int32Array;
-  /** 1 when a produce owes the pair (its topic or a child of it). */
+  /** 1 when a produce owes the pair (its topic or a child of it); 2 on a dead-letter path, owed only once the source pair is dead-lettered. */
   owed: Uint8Array;
+  /** For a dead-letter path pair, the pair it is the dead letter of; -1 otherwise. */
+  sourceOf: Int32Array;
   private nextOfMsg: Int32Array;
   private readonly firstOfMsg: Int32Array;
   /** The pair's operations are opRows[opsStart[p] .. opsStart[p + 1]). */
@@ -49,13 +63,18 @@ export class PairIndex {
     this.produceOf = new Int32Array(nMsgs).fill(-1);
     this.produceCount = new Int32Array(nMsgs);
     this.firstDeliveryNs = new Float64Array(nMsgs).fill(Infinity);
+    this.oneSequence = new Uint8Array(nMsgs);
     let deliveries = 0;
     for (let op = 0; op < nOps; op++) {
       const f = ops.f[op]!;
       if (f === F_PRODUCE) {
         const m = ops.msg[op]!;
-        if (this.produceOf[m] === -1) this.produceOf[m] = op;
-        else {
+        if (this.produceOf[m] === -1) {
+          this.produceOf[m] = op;
+          this.oneSequence[m] = ops.producer[op]! >= 0 ? 1 : 0;
+        } else {
+          const first = this.produceOf[m]!;
+          if (ops.producer[op] !== ops.producer[first] || ops.sequence[op] !== ops.sequence[first]) this.oneSequence[m] = 0;
           let l = this.repeatedProduces.get(m);
           if (l === undefined) this.repeatedProduces.set(m, (l = [this.produceOf[m]!]));
           l.push(op);
@@ -74,6 +93,7 @@ export class PairIndex {
     this.topicOf = new Int32Array(cap);
     this.nextOfMsg = new Int32Array(cap);
     this.owed = new Uint8Array(cap);
+    this.sourceOf = new Int32Array(cap).fill(-1);
     this.firstOfMsg = new Int32Array(nMsgs).fill(-1);
     for (let op = 0; op < nOps; op++) {
       if (ops.f[op] !== F_PRODUCE) continue;
@@ -82,9 +102,11 @@ export class PairIndex {
       // pairOf may grow the arrays: take the index before naming the array.
       const own = this.pairOf(m, t);
       this.owed[own] = 1;
+      this.deadLetterPair(m, t, own, topology);
       for (const c of topology.childrenOf[t]!) {
         const child = this.pairOf(m, c);
         this.owed[child] = 1;
+        this.deadLetterPair(m, c, child, topology);
       }
     }
     // Operations per pair, as a flat array ordered by pair then op (counting sort).
@@ -93,7 +115,7 @@ export class PairIndex {
       const f = ops.f[op]!;
       if (f === F_CONSUME) {
         if (ops.outcome[op] === O_OK && ops.msg[op]! >= 0) opPair[op] = this.pairOf(ops.msg[op]!, ops.topic[op]!);
-      } else if (f === F_ACK || f === F_EXTEND || f === F_NACK) {
+      } else if (f === F_ACK || f === F_EXTEND || f === F_NACK || f === F_DEAD_LETTER) {
         opPair[op] = this.pairOf(ops.msg[op]!, ops.topic[op]!);
       }
     }
@@ -111,6 +133,11 @@ export class PairIndex {
     this.opRows = rows;
 
     const nTopics = run.topics.size;
+    const ambiguous: number[][] = Array.from({ length: nTopics }, () => []);
+    for (let op = 0; op < nOps; op++) {
+      if (ops.f[op] === F_CONSUME && (ops.outcome[op] === O_INFO || ops.outcome[op] === O_OPEN)) ambiguous[ops.topic[op]!]!.push(ops.invNs[op]!);
+    }
+    this.ambiguousConsumeNs = ambiguous.map((a) => Float64Array.from(a));
     this.drainOp = new Int32Array(nTopics).fill(-1);
     for (let op = 0; op < nOps; op++) {
       if (ops.f[op] !== F_CONSUME || ops.outcome[op] !== O_OK || ops.msg[op] !== -1) continue;
@@ -150,6 +177,67 @@ export class PairIndex {
     return nodes;
   }
 
+  /**
+   * Where an idempotent message was stored on its own topic: [partition, offset, op] for each
+   * produce ok, delivery and replay line that names it there (in op order, replays last).
+   */
+  storedAt(m: number): number[] {
+    const run = this.run;
+    const ops = run.ops;
+    const out: number[] = [];
+    const produce = this.produceOf[m]!;
+    const t = ops.topic[produce]!;
+    const produces = this.repeatedProduces.get(m) ?? [produce];
+    for (const pr of produces) if (ops.outcome[pr] === O_OK) out.push(ops.partition[pr]!, ops.offset[pr]!, pr);
+    for (let p = this.firstOfMsg[m]!; p >= 0; p = this.nextOfMsg[p]!) {
+      if (this.topicOf[p] !== t) continue;
+      for (let i = this.opsStart[p]!; i < this.opsStart[p + 1]!; i++) {
+        const op = this.opRows[i]!;
+        if (ops.f[op] === F_CONSUME) out.push(ops.partition[op]!, ops.offset[op]!, op);
+      }
+    }
+    for (const r of this.replaysOf(m)) out.push(r);
+    return out;
+  }
+
+  private replayIndex: Map<number, number[]> | null = null;
+
+  /** Replay lines of idempotent messages on their own topic, [partition, offset, op] each (built on first use). */
+  private replaysOf(m: number): number[] {
+    if (this.replayIndex === null) {
+      const run = this.run;
+      const ops = run.ops;
+      const index = new Map<number, number[]>();
+      for (const r of run.replays) {
+        for (let i = 0; i < r.msgs.length; i++) {
+          const msg = r.msgs[i]!;
+          if (msg < 0 || !this.oneSequence[msg] || ops.topic[this.produceOf[msg]!] !== ops.topic[r.op]) continue;
+          let l = index.get(msg);
+          if (l === undefined) index.set(msg, (l = []));
+          l.push(ops.partition[r.op]!, r.offsets[i]!, r.op);
+        }
+      }
+      this.replayIndex = index;
+    }
+    return this.replayIndex.get(m) ?? [];
+  }
+
+  /** The pair of (m, t), or -1 when there is none. */
+  findPair(m: number, t: number): number {
+    for (let p = this.firstOfMsg[m]!; p >= 0; p = this.nextOfMsg[p]!) if (this.topicOf[p] === t) return p;
+    return -1;
+  }
+
+  /** Makes the dead-letter path pair of (m, t) when t has a dead-letter topic. */
+  private deadLetterPair(m: number, t: number, source: number, topology: Topology): void {
+    const d = topology.deadLetterOf[t]!;
+    if (d < 0) return;
+    const p = this.pairOf(m, d);
+    if (this.owed[p] === 1) return; // also produced there: owed for that reason
+    this.owed[p] = 2;
+    this.sourceOf[p] = source;
+  }
+
   /** The pair of (m, t), made on first sight. */
   private pairOf(m: number, t: number): number {
     for (let p = this.firstOfMsg[m]!; p >= 0; p = this.nextOfMsg[p]!) if (this.topicOf[p] === t) return p;
@@ -159,12 +247,16 @@ export class PairIndex {
       this.topicOf = grown(this.topicOf, new Int32Array(cap));
       this.nextOfMsg = grown(this.nextOfMsg, new Int32Array(cap));
       this.owed = grown(this.owed, new Uint8Array(cap));
+      const sources = new Int32Array(cap).fill(-1);
+      sources.set(this.sourceOf);
+      this.sourceOf = sources;
     }
     const p = this.nPairs++;
     this.msgOf[p] = m;
     this.topicOf[p] = t;
     this.nextOfMsg[p] = this.firstOfMsg[m]!;
     this.owed[p] = 0;
+    this.sourceOf[p] = -1;
     this.firstOfMsg[m] = p;
     return p;
   }

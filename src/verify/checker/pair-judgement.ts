@@ -16,8 +16,19 @@
 //   5. of a legal order: each delivery's cause (first, lapse, nack, fault; explained duplicates
 //      and re-copies listed) and its lag;
 //   6. lost and stranded against the path's final drain.
+//
+// Next wave (SPEC "Idempotent producers", "Dead letters"; dead-letter.ts holds the rules):
+//   - a message whose produces all carried one (producer, sequence) is one produce re-sent: its
+//     produces count as one that took effect from the first invoke to the first 202, and two
+//     places it was stored at are `duplicate-produce`;
+//   - on a topic with a dead-letter topic D: a dead-letter op settles the pair like an ack (a
+//     delivery after its 204 is `delivered-after-dead-letter` unless a fault forgets it); a
+//     delivery beyond max_deliveries is `delivered-after-dead-letter` unless a fault forgets a
+//     count or the move; a pair dead-lettered is not `stranded` but owed once on D, whose pair
+//     (owed 2 in the index) is judged after it: `dead-lettered-early`, its order, `lost`.
 
-import { F_ACK, F_CONSUME, F_EXTEND, F_NACK, O_FAIL, O_INFO, O_OK, type RunData } from "./collect.js";
+import { F_ACK, F_CONSUME, F_DEAD_LETTER, F_EXTEND, F_NACK, O_FAIL, O_INFO, O_OK, type RunData } from "./collect.js";
+import { DeadLetterState, deadLetterEarly, duplicateStorage, excessDelivery, type LeaseEnd } from "./dead-letter.js";
 import { FaultIndex, type FaultInfo } from "./faults.js";
 import { fmtMs, sortedUnique, type Findings } from "./findings.js";
 import type { PairTimes } from "./measures.js";
@@ -123,6 +134,16 @@ export class PairJudgement {
   private produceFailedAll = true;
   private produceInvNs = Infinity;
   private produceCompOkNs = Infinity;
+  /** The produce as the search sees it: one point between these (an idempotent message's re-sends count as one). */
+  private produceSearchInvNs = Infinity;
+  private produceSearchCompNs = Infinity;
+  private produceSearchOk = false;
+  /** The pair is on a dead-letter path (owed 2): its "produce" is the source pair's move. */
+  private dlqPath = false;
+  /** Per pair: its dead-letter state (dead-letter.ts), filled when the source pair is judged. */
+  private readonly dead: DeadLetterState;
+  /** Messages found stored twice (duplicate-produce): their pairs' search anomalies are not named again. */
+  private readonly duplicated: Uint8Array;
   private delayNs = 0;
   private visibilityTimeoutNs = 0;
   private readonly search = new PairSearch();
@@ -153,6 +174,8 @@ export class PairJudgement {
     this.redeliveries = new RedeliveryTally(faults.length);
     this.lagMs = new Float32Array(run.ops.length).fill(NaN);
     this.lagSince = new Uint8Array(run.ops.length);
+    this.dead = new DeadLetterState(index.nPairs);
+    this.duplicated = new Uint8Array(run.msgs.size);
     this.times = {
       nPairs: index.nPairs,
       pairTopic: index.topicOf,
@@ -202,7 +225,13 @@ export class PairJudgement {
       else this.pairs.legal++;
       return;
     }
+    if (this.index.owed[p] === 2) {
+      this.judgeDeadLetterPath();
+      this.tallyPair();
+      return;
+    }
     this.chooseProduce();
+    if (this.index.oneSequence[this.msg] && this.ops.topic[this.produce] === this.topic) this.testDuplicateProduce();
     if (this.findEarly()) {
       this.anomaly("unexpected", [...this.early, this.produce], `delivered before its produce began`);
     } else if (this.deliveries.length > 0 && this.produceFailedAll) {
@@ -219,7 +248,12 @@ export class PairJudgement {
     }
     this.recordTimes();
     this.testLost();
-    this.testStranded();
+    if (this.topology.deadLetterOf[this.topic]! >= 0) this.judgeDeadLetterSource();
+    else this.testStranded();
+    this.tallyPair();
+  }
+
+  private tallyPair(): void {
     if (this.invalid) this.pairs.invalid++;
     else if (this.unknown) this.pairs.unknown++;
     else this.pairs.legal++;
@@ -238,6 +272,7 @@ export class PairJudgement {
     this.opsTo = index.opsStart[p + 1]!;
     this.invalid = false;
     this.unknown = false;
+    this.dlqPath = false;
     this.copyStepsMax = 0;
     for (let k = this.opsFrom; k < this.opsTo; k++) if (ops.f[index.opRows[k]!] === F_CONSUME) this.deliveries.push(index.opRows[k]!);
   }
@@ -292,15 +327,18 @@ export class PairJudgement {
     const t = this.topic;
     const repeatedList = this.index.repeatedProduces.get(m);
     let produce = this.index.produceOf[m]!;
-    this.repeated = this.index.produceCount[m]! > 1;
+    // An idempotent message's re-sends (one producer and sequence) are one produce: not "repeated".
+    const resent = this.index.oneSequence[m] === 1 && this.index.produceCount[m]! > 1;
+    this.repeated = this.index.produceCount[m]! > 1 && !resent;
     this.produceOk = false;
     this.produceFailedAll = true;
     this.produceInvNs = Infinity;
     this.produceCompOkNs = Infinity;
-    const count = this.repeated ? repeatedList!.length : 1;
+    const several = this.repeated || resent;
+    const count = several ? repeatedList!.length : 1;
     for (let i = 0; i < count; i++) {
-      const pr = this.repeated ? repeatedList![i]! : produce;
-      if (this.repeated && !this.topology.owes(ops.topic[pr]!, t)) continue;
+      const pr = several ? repeatedList![i]! : produce;
+      if (several && !this.topology.owes(ops.topic[pr]!, t)) continue;
       const o = ops.outcome[pr]!;
       if (o !== O_FAIL) this.produceFailedAll = false;
       if (o === O_OK) {
@@ -312,7 +350,7 @@ export class PairJudgement {
         produce = pr;
       }
     }
-    if (this.repeated && this.produceOk) {
+    if (several && this.produceOk) {
       // Search with one that took effect.
       for (const pr of repeatedList!) {
         if (this.topology.owes(ops.topic[pr]!, t) && ops.outcome[pr] === O_OK) {
@@ -322,6 +360,16 @@ export class PairJudgement {
       }
     }
     this.produce = produce;
+    if (resent) {
+      // Stored once, somewhere between the first send and the first 202.
+      this.produceSearchInvNs = this.produceInvNs;
+      this.produceSearchOk = this.produceOk;
+      this.produceSearchCompNs = this.produceOk ? this.produceCompOkNs : Infinity;
+    } else {
+      this.produceSearchInvNs = ops.invNs[produce]!;
+      this.produceSearchOk = ops.outcome[produce] === O_OK;
+      this.produceSearchCompNs = this.produceSearchOk ? ops.compNs[produce]! : Infinity;
+    }
     this.delayNs = this.topology.delayNs[t]!;
     this.visibilityTimeoutNs = this.topology.visibilityTimeoutNs[t]!;
   }
@@ -399,10 +447,12 @@ export class PairJudgement {
     } else if (status === "illegal") {
       if (this.repeated) {
         this.unknownPair("repeated-produce", this.searchRows(), `produced ${this.index.produceCount[this.msg]} times; the copies cannot be told apart`);
+      } else if (this.duplicated[this.msg]) {
+        // Stored twice (duplicate-produce, named once on its topic): the copies explain the rest.
+        this.invalid = true;
       } else {
         const local = illegalCopy ?? search.snapshot();
-        const c = classifyIllegal(local, this.envAll[t]!);
-        this.anomaly(c.name, c.local.map((i) => local[i]!.op), c.explanation);
+        this.namedIllegal(local, classifyIllegal(local, this.envAll[t]!));
       }
     } else {
       if (usedUnevidenced) {
@@ -410,6 +460,20 @@ export class PairJudgement {
       }
       this.recordCauses(viaCopies);
     }
+  }
+
+  /** The anomaly of an illegal order; a duplicate after a dead-letter op's 204 is named for what it is. */
+  private namedIllegal(local: PairOp[], c: ReturnType<typeof classifyIllegal>): void {
+    const rows = c.local.map((i) => local[i]!.op);
+    if (c.name === "duplicate-after-ack" && this.ops.f[rows[1]!] === F_DEAD_LETTER) {
+      this.anomaly(
+        "delivered-after-dead-letter",
+        rows,
+        "delivered on its topic again after a dead-letter ack answered 204, and no fault that may forget it (as an ack) explains it",
+      );
+      return;
+    }
+    this.anomaly(c.name, rows, c.explanation);
   }
 
   private searchRows(): number[] {
@@ -425,8 +489,7 @@ export class PairJudgement {
     const rows = this.index.opRows;
     s.reset();
     const produce = this.produce;
-    const po = ops.outcome[produce]!;
-    s.add(produce, K_PRODUCE, po === O_OK, ops.invNs[produce]!, po === O_OK ? ops.compNs[produce]! : Infinity, -1);
+    s.add(produce, K_PRODUCE, this.produceSearchOk, this.produceSearchInvNs, this.produceSearchCompNs, -1);
     for (let k = this.opsFrom; k < this.opsTo; k++) {
       if (copy >= 0 && this.copyOfOp[k - this.opsFrom] !== copy) continue;
       const op = rows[k]!;
@@ -449,7 +512,9 @@ export class PairJudgement {
       // Unknown handles: a 204 cannot be explained; an ambiguous answer changes nothing.
       if (handle < 0 && o !== O_OK) continue;
       const bounded = o === O_OK || (o === O_INFO && ops.status[op] === 410);
-      s.add(op, f === F_ACK ? K_ACK : f === F_EXTEND ? K_EXTEND : K_NACK, o === O_OK, ops.invNs[op]!, bounded ? ops.compNs[op]! : Infinity, handle);
+      // A dead-letter op settles the pair as an ack does (the move to the dead-letter topic).
+      const kind = f === F_ACK || f === F_DEAD_LETTER ? K_ACK : f === F_EXTEND ? K_EXTEND : K_NACK;
+      s.add(op, kind, o === O_OK, ops.invNs[op]!, bounded ? ops.compNs[op]! : Infinity, handle);
     }
   }
 
@@ -517,7 +582,7 @@ export class PairJudgement {
       slackNs: this.slackNs,
       ackFlushNs: this.ackFlushNs,
       ackSyncNs: this.ackSyncNs,
-      produceInvNs: this.ops.invNs[this.produce]!,
+      produceInvNs: this.produceSearchInvNs,
       parentOwners: this.parentOwners(),
       viaNodes: this.topology.viaNodesOf[this.topic]!,
       answerNs: this.topology.answerNsOf[this.topic]!,
@@ -580,7 +645,7 @@ export class PairJudgement {
     let sinceNs = NaN;
     let since = 0;
     if (cause === C_FIRST) {
-      if (ops.outcome[this.produce] === O_OK) sinceNs = ops.compNs[this.produce]! + this.delayNs;
+      if (this.produceSearchOk) sinceNs = this.produceSearchCompNs + this.delayNs;
       since = SINCE_PRODUCE;
     } else {
       tally.total++;
@@ -627,7 +692,7 @@ export class PairJudgement {
     const p = this.pair;
     for (let k = this.opsFrom; k < this.opsTo; k++) {
       const op = rows[k]!;
-      if (ops.f[op] === F_ACK && ops.outcome[op] === O_OK && (settleNs[p] === Infinity || ops.compNs[op]! > settleNs[p]!)) {
+      if ((ops.f[op] === F_ACK || ops.f[op] === F_DEAD_LETTER) && ops.outcome[op] === O_OK && (settleNs[p] === Infinity || ops.compNs[op]! > settleNs[p]!)) {
         settleNs[p] = ops.compNs[op]!;
       }
     }
@@ -639,9 +704,13 @@ export class PairJudgement {
     const ops = this.ops;
     const t = this.topic;
     const firstDeliveryNs = this.index.firstDeliveryNs[this.msg]!;
-    const tookEffect = this.produceOk || (!this.produceFailedAll && firstDeliveryNs < Infinity);
+    // On a dead-letter path only a move that surely happened owes a delivery.
+    const tookEffect = this.produceOk || (!this.dlqPath && !this.produceFailedAll && firstDeliveryNs < Infinity);
     let deliveredHere = false;
     for (const d of this.deliveries) if (ops.compNs[d]! > this.produceInvNs) deliveredHere = true;
+    // Delivered on its dead-letter topic: it was on this one (its deliveries here may all have
+    // gone to consumes whose answers were lost), and moved.
+    if (!deliveredHere && !this.dlqPath && this.topology.deadLetterOf[t]! >= 0) deliveredHere = this.deliveredOnDeadLetterPath();
     if (!tookEffect || deliveredHere) return;
     const produce = this.produce;
     const drain = this.index.drainOp[t]!;
@@ -655,10 +724,11 @@ export class PairJudgement {
           `not delivered, but an ambiguous consume may have leased it within a visibility timeout of the final drain`,
         );
       } else {
+        const how = this.dlqPath ? " (dead-lettered)" : this.produceOk ? " (202)" : " (ambiguous, delivered elsewhere)";
         this.anomaly(
           "lost",
           [produce, drain],
-          `produced${this.produceOk ? " (202)" : " (ambiguous, delivered elsewhere)"} and never delivered on ${this.run.topics.name(t)}; the final drain began ${fmtMs(ops.invNs[drain]! - effectiveNs)} after the produce completed`,
+          `produced${how} and never delivered on ${this.run.topics.name(t)}; the final drain began ${fmtMs(ops.invNs[drain]! - effectiveNs)} after ${this.dlqPath ? "the move was due" : "the produce completed"}`,
         );
       }
     } else {
@@ -674,28 +744,10 @@ export class PairJudgement {
     if (this.deliveries.length === 0) return;
     for (let k = this.opsFrom; k < this.opsTo; k++) {
       const op = rows[k]!;
-      if (ops.f[op] === F_ACK && ops.outcome[op] !== O_FAIL) return;
+      if ((ops.f[op] === F_ACK || ops.f[op] === F_DEAD_LETTER) && ops.outcome[op] !== O_FAIL) return;
     }
-    const vt = this.visibilityTimeoutNs;
+    const { endsNs, shown } = this.lastLeaseEnd();
     const last = this.deliveries[this.deliveries.length - 1]!;
-    const lastHandle = ops.delivery[last]!;
-    let endsNs = ops.compNs[last]! + vt;
-    let nackNs = Infinity;
-    const shown = [last];
-    for (let k = this.opsFrom; k < this.opsTo; k++) {
-      const op = rows[k]!;
-      if (ops.delivery[op] !== lastHandle || op === last) continue;
-      const o = ops.outcome[op]!;
-      if (o === O_FAIL) continue;
-      if (ops.f[op] === F_EXTEND) {
-        endsNs = Math.max(endsNs, ops.compNs[op]! + vt);
-        shown.push(op);
-      } else if (ops.f[op] === F_NACK && o === O_OK) {
-        nackNs = Math.min(nackNs, ops.compNs[op]!);
-        shown.push(op);
-      }
-    }
-    if (nackNs < Infinity) endsNs = nackNs;
     const drain = this.index.drainOp[t]!;
     if (drain >= 0 && ops.invNs[drain]! > endsNs + this.slackNs) {
       if (this.index.ambiguousLeaseNs[t]! > ops.invNs[last]!) {
@@ -718,5 +770,250 @@ export class PairJudgement {
         `delivered and never acked, but no empty consume of ${this.run.topics.name(t)} began after its lease surely ended`,
       );
     }
+  }
+
+  /**
+   * When the last delivery's lease surely ended: its completion (or that of its last extend, even
+   * ambiguous) plus the visibility timeout, or the completion of a nack of it that answered 204;
+   * with the operations that show it.
+   */
+  private lastLeaseEnd(): { endsNs: number; shown: number[] } {
+    const ops = this.ops;
+    const rows = this.index.opRows;
+    const vt = this.visibilityTimeoutNs;
+    const last = this.deliveries[this.deliveries.length - 1]!;
+    const lastHandle = ops.delivery[last]!;
+    let endsNs = ops.compNs[last]! + vt;
+    let nackNs = Infinity;
+    const shown = [last];
+    for (let k = this.opsFrom; k < this.opsTo; k++) {
+      const op = rows[k]!;
+      if (ops.delivery[op] !== lastHandle || op === last) continue;
+      const o = ops.outcome[op]!;
+      if (o === O_FAIL) continue;
+      if (ops.f[op] === F_EXTEND) {
+        endsNs = Math.max(endsNs, ops.compNs[op]! + vt);
+        shown.push(op);
+      } else if (ops.f[op] === F_NACK && o === O_OK) {
+        nackNs = Math.min(nackNs, ops.compNs[op]!);
+        shown.push(op);
+      }
+    }
+    if (nackNs < Infinity) endsNs = nackNs;
+    return { endsNs, shown };
+  }
+
+  // ---- next wave: idempotent produces and dead letters (dead-letter.ts) ----
+
+  /** duplicate-produce: an idempotent message stored at two places on its topic. */
+  private testDuplicateProduce(): void {
+    const at = this.index.storedAt(this.msg);
+    const two = duplicateStorage(at);
+    if (two === null) return;
+    const [a, b] = two;
+    const produces = this.index.repeatedProduces.get(this.msg) ?? [this.produce];
+    const ops = this.ops;
+    const p = this.produce;
+    this.duplicated[this.msg] = 1;
+    this.anomaly(
+      "duplicate-produce",
+      [...produces, at[a + 2]!, at[b + 2]!],
+      `every produce carried producer ${this.run.producers.name(ops.producer[p]!)} sequence ${ops.sequence[p]}, ` +
+        `yet it was stored at ${at[a]}/${at[a + 1]} and at ${at[b]}/${at[b + 1]}`,
+    );
+  }
+
+  /**
+   * A pair on a topic with a dead-letter topic, after its search and lost: deliveries beyond
+   * max_deliveries, its dead-letter state for the pair on the dead-letter path, and stranded
+   * unless it may have been moved.
+   */
+  private judgeDeadLetterSource(): void {
+    const ops = this.ops;
+    const rows = this.index.opRows;
+    const max = this.topology.maxDeliveries[this.topic]!;
+    const count = this.deliveries.length;
+    if (count > max) this.testExcessDeliveries(max);
+    let acked = false;
+    let deadOp = -1;
+    let deadOkOp = -1;
+    for (let k = this.opsFrom; k < this.opsTo; k++) {
+      const op = rows[k]!;
+      const o = ops.outcome[op]!;
+      if (o === O_FAIL) continue;
+      if (ops.f[op] === F_ACK) acked = true;
+      if (ops.f[op] !== F_DEAD_LETTER) continue;
+      if (deadOp < 0) deadOp = op;
+      if (o === O_OK && (deadOkOp < 0 || ops.compNs[op]! < ops.compNs[deadOkOp]!)) deadOkOp = op;
+    }
+    const p = this.pair;
+    const dead = this.dead;
+    if (deadOkOp >= 0) {
+      dead.dueNs[p] = ops.compNs[deadOkOp]!;
+      dead.fromNs[p] = ops.invNs[deadOp]!;
+      dead.op[p] = deadOkOp;
+    } else if (count >= max) {
+      // The M-th delivery began the last allowed lease; the move follows a lease's end.
+      dead.fromNs[p] = ops.invNs[this.deliveries[max - 1]!]!;
+      if (deadOp >= 0) dead.fromNs[p] = Math.min(dead.fromNs[p]!, ops.invNs[deadOp]!);
+      dead.op[p] = deadOp >= 0 ? deadOp : this.deliveries[count - 1]!;
+      if (!acked && deadOp < 0) dead.dueNs[p] = this.lastLeaseEnd().endsNs;
+    } else if (deadOp >= 0) {
+      dead.fromNs[p] = ops.invNs[deadOp]!;
+      dead.op[p] = deadOp;
+    }
+    // Settled by the move, for the silence measure, as an ack would have.
+    if (dead.dueNs[p]! < this.times.settleNs[p]!) this.times.settleNs[p] = dead.dueNs[p]!;
+    if (dead.fromNs[p]! < Infinity) return; // moved, or may have been: owed on the dead-letter path instead
+    if (this.deliveredOnDeadLetterPath()) return; // judged there (dead-lettered-early)
+    this.testStranded();
+  }
+
+  /** Whether the pair's message was delivered on the dead-letter topic of its path. */
+  private deliveredOnDeadLetterPath(): boolean {
+    const ops = this.ops;
+    const dlq = this.index.findPair(this.msg, this.topology.deadLetterOf[this.topic]!);
+    if (dlq < 0) return false;
+    for (let k = this.index.opsStart[dlq]!; k < this.index.opsStart[dlq + 1]!; k++) if (ops.f[this.index.opRows[k]!] === F_CONSUME) return true;
+    return false;
+  }
+
+  /**
+   * When delivery `d`'s lease may have ended: no earlier than a settle of it (any answer but a
+   * failure) began or its visibility timeout (less the slack) passed; surely by a nack's 204, or
+   * the timeout after it or its last extend.
+   */
+  private leaseEndOf(d: number): LeaseEnd {
+    const ops = this.ops;
+    const rows = this.index.opRows;
+    const handle = ops.delivery[d]!;
+    const vt = this.visibilityTimeoutNs;
+    let earliestNs = ops.invNs[d]! + vt - this.slackNs;
+    let latestNs = ops.compNs[d]! + vt;
+    let nackNs = Infinity;
+    for (let k = this.opsFrom; k < this.opsTo; k++) {
+      const op = rows[k]!;
+      if (op === d || ops.delivery[op] !== handle || ops.outcome[op] === O_FAIL) continue;
+      const f = ops.f[op]!;
+      if (f === F_EXTEND) latestNs = Math.max(latestNs, ops.compNs[op]! + vt);
+      else if (f !== F_CONSUME) earliestNs = Math.min(earliestNs, ops.invNs[op]!);
+      if (f === F_NACK && ops.outcome[op] === O_OK) nackNs = Math.min(nackNs, ops.compNs[op]!);
+    }
+    return { earliestNs, latestNs: Math.min(latestNs, nackNs) };
+  }
+
+  /** delivered-after-dead-letter by count: a delivery beyond max_deliveries that no fault explains. */
+  private testExcessDeliveries(max: number): void {
+    const t = this.topic;
+    const leaseEnd = (d: number): LeaseEnd => this.leaseEndOf(d);
+    const shown = excessDelivery(this.ops, this.deliveries, max, this.envEvidenced[t]!, leaseEnd);
+    if (shown === null) return;
+    if (this.anyUnevidenced && excessDelivery(this.ops, this.deliveries, max, this.envAll[t]!, leaseEnd) === null) {
+      this.unknownPair("explained-by-unevidenced-fault", shown, "delivered more than max_deliveries times; legal only if a fault that left no boot evidence happened");
+      return;
+    }
+    this.anomaly(
+      "delivered-after-dead-letter",
+      shown,
+      `delivered again after ${shown.length - 1} deliveries had completed (max_deliveries ${max}), and no fault that may forget a delivery count or the move explains it`,
+    );
+  }
+
+  /** A pair on a dead-letter path: owed once its source pair was dead-lettered. */
+  private judgeDeadLetterPath(): void {
+    const index = this.index;
+    const ops = this.ops;
+    const run = this.run;
+    this.dlqPath = true;
+    const src = index.sourceOf[this.pair]!;
+    const srcTopic = index.topicOf[src]!;
+    const max = this.topology.maxDeliveries[srcTopic]!;
+    const dead = this.dead;
+    const sure = dead.dueNs[src]! < Infinity;
+    const firstProduce = index.produceOf[this.msg]!;
+    // The move plays the produce: from its earliest possible moment to when it was surely due.
+    this.produce = dead.op[src]! >= 0 ? dead.op[src]! : firstProduce;
+    this.repeated = false;
+    this.produceOk = sure;
+    this.produceFailedAll = false;
+    // A delivery there no earlier than that passed dead-lettered-early only thanks to consumes
+    // that may have delivered the message unseen: the move may have come that early too.
+    let fromNs = dead.fromNs[src]! < Infinity ? dead.fromNs[src]! : ops.invNs[firstProduce]!;
+    for (const d of this.deliveries) fromNs = Math.min(fromNs, ops.invNs[d]!);
+    this.produceInvNs = fromNs;
+    this.produceCompOkNs = dead.dueNs[src]!;
+    this.produceSearchInvNs = this.produceInvNs;
+    this.produceSearchOk = sure;
+    this.produceSearchCompNs = sure ? dead.dueNs[src]! : Infinity;
+    this.delayNs = 0;
+    this.visibilityTimeoutNs = this.topology.visibilityTimeoutNs[this.topic]!;
+
+    const deadLetterInvNs: number[] = [];
+    const sourceDeliveries: number[] = [];
+    for (let k = index.opsStart[src]!; k < index.opsStart[src + 1]!; k++) {
+      const op = index.opRows[k]!;
+      if (ops.f[op] === F_CONSUME) sourceDeliveries.push(op);
+      else if (ops.f[op] === F_DEAD_LETTER && ops.outcome[op] !== O_FAIL) deadLetterInvNs.push(ops.invNs[op]!);
+    }
+    const sourceInvNs = sourceDeliveries.map((d) => ops.invNs[d]!);
+    for (const d of this.deliveries) {
+      const origin = run.origins.get(d);
+      if (deadLetterEarly(ops.compNs[d]!, max, origin?.deliveries ?? null, deadLetterInvNs, sourceInvNs, index.ambiguousConsumeNs[srcTopic]!)) {
+        const said = origin !== undefined ? `; its origin says ${origin.deliveries}` : "";
+        this.anomaly(
+          "dead-lettered-early",
+          [firstProduce, ...sourceDeliveries, d],
+          `on the dead-letter topic after ${sourceInvNs.filter((x) => x < ops.compNs[d]!).length} deliveries on ${run.topics.name(srcTopic)}` +
+            ` (max_deliveries ${max}${said}), with no dead-letter ack`,
+        );
+        return;
+      }
+    }
+    if (this.opsTo > this.opsFrom) {
+      if (this.deliveries.length >= 2 && this.groupCopies()) this.searchCopiesOnOwn();
+      else this.searchOrder();
+    }
+    this.recordTimes();
+    this.testLost();
+    this.testStranded();
+  }
+
+  /**
+   * Several copies on a dead-letter path (a crash between the copy and the settle of its source
+   * may leave one per move): each copy judged on its own, as a pair of its own.
+   */
+  private searchCopiesOnOwn(): void {
+    const t = this.topic;
+    const copySearch = this.copySearch;
+    const causes = this.copyCauses;
+    causes.length = 0;
+    let usedUnevidenced = false;
+    for (let c = 0; c < this.copyViews.length; c++) {
+      this.fillSearch(copySearch, c);
+      let st = copySearch.search(this.envEvidenced[t]!);
+      if (st === "illegal" && this.anyUnevidenced) {
+        const second = copySearch.search(this.envAll[t]!);
+        if (second === "legal") usedUnevidenced = true;
+        if (second !== "illegal") st = second;
+      }
+      this.stepsMostInOnePair = Math.max(this.stepsMostInOnePair, copySearch.steps);
+      if (st === "cap") {
+        this.capHits++;
+        this.unknownPair("search-cap", copySearch.snapshot().map((o) => o.op), `the search for a legal order passed ${this.stepsMax} steps`);
+        return;
+      }
+      if (st === "illegal") {
+        const local = copySearch.snapshot();
+        this.namedIllegal(local, classifyIllegal(local, this.envAll[t]!));
+        return;
+      }
+      for (let i = 1; i < copySearch.n; i++) {
+        const cause = copySearch.causeKind[i]!;
+        if (cause < 0) continue;
+        causes.push(copySearch.ops[i]!.op, cause, copySearch.causeFault[i]!, copySearch.causeSince[i]! >= 0 ? copySearch.ops[copySearch.causeSince[i]!]!.op : -1);
+      }
+    }
+    if (usedUnevidenced) this.unknownPair("explained-by-unevidenced-fault", this.deliveries, "legal only if a fault that left no boot evidence happened");
+    this.recordCauses(true);
   }
 }

@@ -83,6 +83,11 @@ export interface FaultTime {
   /** A kill that lost what a power loss would (the node ran in the test-only power-loss mode). */
   lossy?: boolean;
   /**
+   * A failover entry of a pause or a cut, with the nodes' lease known: the old owner's lease
+   * deadline at the latest. It explains only leases and acks begun before it (plus the slack).
+   */
+  fencedByNs?: number;
+  /**
    * A crash (kill, power loss) of a follower of a replicated partition: applies only to a
    * redelivery made by that node after it came to lead, of an ack taken by another owner. Acks
    * reach a follower on the ack log's schedule and sit in its memory until its own flush (and
@@ -126,10 +131,17 @@ export function reachesRedelivery(f: FaultTime, leased: number, redelivery: numb
   return f.failover !== true || env.nodeOf(leased) !== env.nodeOf(redelivery);
 }
 
+/** Whether a frozen or cut-off owner was fenced (its lease deadline passed) before `beganNs`. */
+export function fencedBefore(f: FaultTime, beganNs: number, slackNs: number): boolean {
+  return f.fencedByNs !== undefined && beganNs > f.fencedByNs + slackNs;
+}
+
 /** Whether a fault striking at some point of its interval can have made the owner forget `ack`. */
 export function forgetsAck(f: FaultTime, ack: PairOp, env: PairEnv): boolean {
   // The fault must come after the ack began...
   if (f.compNs + env.slackNs < ack.invNs) return false;
+  // ...and an owner frozen or cut off must not have been fenced yet when it began...
+  if (fencedBefore(f, ack.invNs, env.slackNs)) return false;
   // ...a failover no later than the replication window after it (the acks had not shipped)...
   if (f.failover === true) return f.invNs <= ack.compNs + env.replicationWindowNs + env.slackNs;
   const lossy = f.kind === "power-loss" || f.lossy === true;
@@ -282,7 +294,7 @@ export class PairSearch {
             const enders = env.leaseEnders(ops[h]!.op);
             for (let k = 0; k < enders.length; k++) {
               const f = enders[k]!;
-              if (f.compNs + slack >= leaseStart && f.invNs < bound && reachesRedelivery(f, ops[h]!.op, o.op, env)) {
+              if (f.compNs + slack >= leaseStart && f.invNs < bound && !fencedBefore(f, leaseStart, slack) && reachesRedelivery(f, ops[h]!.op, o.op, env)) {
                 bound = f.invNs;
                 cause = C_FAULT;
                 fault = f.fault;
@@ -397,7 +409,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
     }
     if (d2.compNs + slack >= start + env.visibilityTimeoutNs) return true;
     for (const f of env.leaseEnders(d1.op)) {
-      if (f.compNs + slack >= d1.invNs && f.invNs <= d2.compNs && reachesRedelivery(f, d1.op, d2.op, env)) return true;
+      if (f.compNs + slack >= d1.invNs && f.invNs <= d2.compNs && !fencedBefore(f, d1.invNs, slack) && reachesRedelivery(f, d1.op, d2.op, env)) return true;
     }
     return false;
   };
@@ -450,7 +462,7 @@ export function classifyIllegal(ops: readonly PairOp[], env: PairEnv): Classifie
       if (d === ack.handle || del.invNs > ack.compNs || del.compNs < ack.invNs) continue;
       const first = ops[ack.handle]!;
       if (del.compNs + slack >= first.invNs + env.visibilityTimeoutNs) continue; // a lapse was possible
-      if (env.leaseEnders(first.op).some((f) => f.invNs <= del.compNs && f.compNs + slack >= first.invNs && reachesRedelivery(f, first.op, del.op, env))) continue;
+      if (env.leaseEnders(first.op).some((f) => f.invNs <= del.compNs && f.compNs + slack >= first.invNs && !fencedBefore(f, first.invNs, slack) && reachesRedelivery(f, first.op, del.op, env))) continue;
       if (env.ackForgetters(first.op).some((f) => f.invNs <= del.compNs && forgetsAck(f, ack, env) && reachesRedelivery(f, first.op, del.op, env))) continue;
       return {
         name: "no-legal-order",

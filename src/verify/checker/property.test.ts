@@ -243,6 +243,47 @@ test("histories of a correct broker are judged valid, its child copies made agai
   assert.ok(recopies > 0, "no run had a re-copy for the checker to explain");
 });
 
+test("histories of a correct broker with idempotent producers re-sending lost answers are valid, duplicates answered included", () => {
+  let resent = 0;
+  let duplicates = 0;
+  fc.assert(
+    fc.property(fc.integer({ min: 1, max: 0x7fffffff }), fc.integer({ min: 1, max: 2 }), (seed, nodes) => {
+      const lines = simulateHistory({ seed, nodes, durationMs: 300, producers: 2, consumers: 3, faultEveryMs: 150, visibilityTimeoutMs: 80, idempotent: true, lostResponseRate: 0.1 }) as Line[];
+      const r = checkEvents(lines);
+      assert.equal(r.verdict, "valid", `${r.reason}: ${JSON.stringify(r.anomalies.slice(0, 3))} ${JSON.stringify(r.unknowns.slice(0, 3))}`);
+      const sends = new Map<string, number>();
+      for (const l of lines) {
+        if (l.f === "produce" && l.type === "invoke") sends.set(String(l.value["msg"]), (sends.get(String(l.value["msg"])) ?? 0) + 1);
+        if (l.f === "produce" && l.type === "ok" && l.value["duplicate"] === true) duplicates++;
+      }
+      for (const n of sends.values()) if (n > 1) resent++;
+    }),
+    { numRuns: RUNS },
+  );
+  assert.ok(resent > 0, "no run re-sent a produce");
+  assert.ok(duplicates > 0, "no re-send was answered as a duplicate");
+});
+
+test("histories of a correct broker with dead letters (moves by count and dead_letter=true, counts forgotten by kills) are valid", () => {
+  let moved = 0;
+  let excess = 0;
+  fc.assert(
+    fc.property(fc.integer({ min: 1, max: 0x7fffffff }), fc.integer({ min: 1, max: 2 }), (seed, nodes) => {
+      const lines = simulateHistory({ seed, nodes, durationMs: 400, producers: 2, consumers: 3, faultEveryMs: 150, visibilityTimeoutMs: 80, deadLetters: true }) as Line[];
+      const r = checkEvents(lines);
+      assert.equal(r.verdict, "valid", `seed ${seed}: ${r.reason}: ${JSON.stringify(r.anomalies.slice(0, 3))} ${JSON.stringify(r.unknowns.slice(0, 3))}`);
+      for (const l of lines) {
+        if (l.f !== "consume" || l.type !== "ok" || l.value["msg"] === null) continue;
+        if (l.value["topic"] === "t.dlq") moved++;
+        else if (l.value["topic"] === "t" && (l.value["delivery_count"] as number) > 3) excess++;
+      }
+    }),
+    { numRuns: RUNS },
+  );
+  assert.ok(moved > 0, "no run moved a message to the dead-letter topic");
+  void excess;
+});
+
 const MUTATIONS: Array<[string, Mutation]> = [
   ["dropping a delivery is lost", dropDelivery],
   ["delivering a never-produced message is unexpected", addUnexpected],
@@ -293,6 +334,11 @@ const SEEDED_BUGS: Array<[SimBug, AnomalyName[], Partial<SimOptions>]> = [
   ["lose-message", ["lost"], {}],
   // A second copy while the first's lease is live is a double lease; overlapping its ack, no legal order.
   ["recopy-on-terminate", ["duplicate-after-ack", "no-legal-order", "double-lease"], {}],
+  // Issue 14: a re-send after the owner's restart stored again; the copies' other rules stay quiet.
+  ["dedupe-forgets", ["duplicate-produce"], { idempotent: true, lostResponseRate: 0.15 }],
+  ["dead-letter-early", ["dead-lettered-early"], { deadLetters: true }],
+  // Counts must be on disk well before a kill for forgetting them to show: a short flush, long leases.
+  ["counts-forgotten", ["delivered-after-dead-letter"], { deadLetters: true, ackFlushMs: 10, visibilityTimeoutMs: 200, durationMs: 900 }],
 ];
 
 for (const [bug, expected, extra] of SEEDED_BUGS) {

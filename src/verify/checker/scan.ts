@@ -53,7 +53,12 @@ const K_NODE = 8;
 const K_BOOT = 9;
 /** A replay's answer: parsed into `replayOffsets`, its kind V_ARRAY. */
 const K_MSGS = 10;
-const N_KEYS = 11;
+/** An idempotent produce's producer id and sequence (next wave). */
+const K_PRODUCER = 11;
+const K_SEQUENCE = 12;
+const N_KEYS = 13;
+/** Keys of next-wave fields the scanner leaves to the slow path: a produce ok's duplicate, a dead letter's origin. */
+const K_SLOW = -2;
 const V_ARRAY = 4;
 
 const T_INVOKE = 0;
@@ -100,6 +105,7 @@ export class FastScanner implements LineSink {
   private readonly deliveries: Interner;
   private readonly nodes: Interner;
   private readonly boots: Interner;
+  private readonly producers: Interner;
   /** The validator's slot of each process id (-1: not asked yet). */
   private slotOfProcess = new Int32Array(64).fill(-1);
   /** Lines that took the slow path, for the benchmark's curiosity. */
@@ -128,6 +134,8 @@ export class FastScanner implements LineSink {
   private readonly vNum = new Float64Array(N_KEYS);
   /** The offsets of a replay's answer. */
   private replayOffsets: number[] = [];
+  /** Their messages (interned ids, -1 when unknown so far). */
+  private replayMsgs: number[] = [];
 
   constructor(collector: Collector, validator: HistoryValidator) {
     this.collector = collector;
@@ -138,6 +146,7 @@ export class FastScanner implements LineSink {
     this.deliveries = collector.deliveries;
     this.nodes = collector.nodes;
     this.boots = collector.boots;
+    this.producers = collector.producers;
   }
 
   /** One line, without its newline. Throws HistoryFormatError for a malformed line. */
@@ -295,9 +304,11 @@ export class FastScanner implements LineSink {
   /** A replay's `[[offset, msg], ...]`, offsets into replayOffsets. -1 to bail. */
   private msgsArray(b: Buffer, p: number, end: number): number {
     const offsets: number[] = [];
+    const msgs: number[] = [];
     p = this.ws(b, p + 1, end);
     if (b[p] === RBRACKET) {
       this.replayOffsets = offsets;
+      this.replayMsgs = msgs;
       return p + 1;
     }
     for (;;) {
@@ -311,9 +322,11 @@ export class FastScanner implements LineSink {
       if (b[p] === QUOTE) {
         p = this.str(b, p, end);
         if (p < 0 || this.sEnd === this.sStart) return -1;
+        msgs.push(this.msgs.findBytes(b, this.sStart, this.sEnd, this.sHash));
       } else {
         p = this.int(b, p, end);
         if (p < 0) return -1;
+        msgs.push(this.msgs.findBytes(b, this.sStart, this.sEnd, fnv1a(b, this.sStart, this.sEnd)));
       }
       p = this.ws(b, p, end);
       if (b[p] !== RBRACKET) return -1;
@@ -324,6 +337,7 @@ export class FastScanner implements LineSink {
       }
       if (b[p] === RBRACKET) {
         this.replayOffsets = offsets;
+        this.replayMsgs = msgs;
         return p + 1;
       }
       return -1;
@@ -348,11 +362,17 @@ export class FastScanner implements LineSink {
       case 6:
         if (bytesAre(b, s, 6, "offset")) return K_OFFSET;
         if (bytesAre(b, s, 6, "status")) return K_STATUS;
+        if (bytesAre(b, s, 6, "origin")) return K_SLOW;
         return -1;
       case 8:
-        return bytesAre(b, s, 8, "delivery") ? K_DELIVERY : -1;
+        if (bytesAre(b, s, 8, "delivery")) return K_DELIVERY;
+        if (bytesAre(b, s, 8, "producer")) return K_PRODUCER;
+        if (bytesAre(b, s, 8, "sequence")) return K_SEQUENCE;
+        return -1;
       case 9:
-        return bytesAre(b, s, 9, "partition") ? K_PARTITION : -1;
+        if (bytesAre(b, s, 9, "partition")) return K_PARTITION;
+        if (bytesAre(b, s, 9, "duplicate")) return K_SLOW;
+        return -1;
       case 14:
         return bytesAre(b, s, 14, "delivery_count") ? K_DELIVERY_COUNT : -1;
       default:
@@ -371,6 +391,7 @@ export class FastScanner implements LineSink {
       p = this.key(b, p, end);
       if (p < 0) return -1;
       const k = this.valueKey(b, this.sStart, this.sEnd - this.sStart);
+      if (k === K_SLOW) return -1;
       p = this.ws(b, p, end);
       if (b[p] !== COLON) return -1;
       p = this.ws(b, p + 1, end);
@@ -587,6 +608,7 @@ export class FastScanner implements LineSink {
       } else if (f === F_PRODUCE) {
         if (!this.isId(K_MSG)) return false;
         if (kind[K_KEY] === V_INT) return false;
+        if ((kind[K_PRODUCER] !== V_ABSENT || kind[K_SEQUENCE] !== V_ABSENT) && !(this.isStr(K_PRODUCER) && this.isInt(K_SEQUENCE))) return false;
       } else if (f !== F_CONSUME) {
         if (!this.isId(K_MSG) || !this.isId(K_DELIVERY)) return false;
       }
@@ -639,6 +661,9 @@ export class FastScanner implements LineSink {
         return true;
       }
       if (f !== F_CONSUME) ops.msg[op] = this.msgs.idBytes(b, this.vStart[K_MSG]!, this.vEnd[K_MSG]!, this.hashOf(b, K_MSG));
+      if (f === F_PRODUCE && kind[K_PRODUCER] === V_STRING) {
+        c.idempotent(op, this.producers.idBytes(b, this.vStart[K_PRODUCER]!, this.vEnd[K_PRODUCER]!, this.vHash[K_PRODUCER]!), this.vNum[K_SEQUENCE]!);
+      }
       if (f === F_ACK || f === F_EXTEND || f === F_NACK) {
         ops.delivery[op] = this.deliveries.idBytes(b, this.vStart[K_DELIVERY]!, this.vEnd[K_DELIVERY]!, this.hashOf(b, K_DELIVERY));
       }
@@ -659,7 +684,7 @@ export class FastScanner implements LineSink {
         );
       }
     } else if (f === F_REPLAY) {
-      c.replayed(op, this.replayOffsets);
+      c.replayed(op, this.replayOffsets, this.replayMsgs);
     } else if (f === F_CONSUME && !empty) {
       c.delivered(
         op,

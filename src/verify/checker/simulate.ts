@@ -21,6 +21,18 @@
 //   - responses get lost at a small rate (recorded as info), and every response in flight when its
 //     node dies is lost; the final drain has no faults and no lost responses, waits out every
 //     lease, and ends with one empty consume per topic once every message is acked.
+//   - with `idempotent`, producers are idempotent (SPEC "Idempotent producers"): each produce
+//     carries the producer's id and its next sequence, a lost answer is re-sent with the same
+//     msg, producer and sequence (up to a few times), and the broker answers a stored
+//     (producer, sequence) with its original partition and offset and `duplicate: true`; its
+//     dedupe state is part of the log, so no restart forgets it.
+//   - with `deadLetters`, topic "t" has max_deliveries and the dead-letter topic "t.dlq" (SPEC
+//     "Dead letters"): a tenth of its messages are failed on purpose (nacked at every delivery),
+//     a few are acked with dead_letter=true; a lease of "t" that ends (a lapse, a nack) with the
+//     count at max_deliveries, or a dead-letter ack, moves the message: its copy (with its origin)
+//     to "t.dlq", then the settle, an ack-log write a kill may forget (the message is moved
+//     again: two copies). Counts are written when a lease ends, on the acks' schedule: a kill
+//     forgets those of live leases and of lease ends not yet flushed (synced, for a power loss).
 // A `bug` option breaks one rule on purpose (see SimBug). Limits: everything is in memory; the
 // benchmark streams its history to a file through the HistoryWriter instead of keeping events.
 
@@ -40,6 +52,12 @@ import { MinHeap } from "../../platform/heap.js";
  *   redeliver-acked    an acked message comes back without any fault      → duplicate-after-ack
  *   lose-message       a committed message is never handed out            → lost
  *   recopy-on-terminate  a graceful stop makes the copier copy again too  → duplicate-after-ack
+ *   dedupe-forgets     (with idempotent) a restart of the owner forgets the dedupe state of
+ *                      its partitions, so a re-send after it is stored again → duplicate-produce
+ *   dead-letter-early  (with deadLetters) a message moves when its (max - 1)-th lease ends
+ *                                                                            → dead-lettered-early
+ *   counts-forgotten   (with deadLetters) every restart sets the counts of the node's messages
+ *                      to 0                                          → delivered-after-dead-letter
  */
 export type SimBug =
   | "ack-not-persisted"
@@ -50,7 +68,10 @@ export type SimBug =
   | "replay-skip"
   | "redeliver-acked"
   | "lose-message"
-  | "recopy-on-terminate";
+  | "recopy-on-terminate"
+  | "dedupe-forgets"
+  | "dead-letter-early"
+  | "counts-forgotten";
 
 export interface SimOptions {
   seed: number;
@@ -79,6 +100,10 @@ export interface SimOptions {
   extendRate?: number;
   /** Share of deliveries acked after half the visibility timeout (legal, and slow). */
   slowAckRate?: number;
+  /** Idempotent producers: produces carry producer and sequence, lost answers are re-sent. */
+  idempotent?: boolean;
+  /** Dead letters on topic "t" (max_deliveries 3, dead-letter topic "t.dlq"). */
+  deadLetters?: boolean;
 }
 
 export interface SimSink {
@@ -124,6 +149,11 @@ interface Entry {
   ackedAtNs: number;
   /** Every handle it was given (the stale-handle bug honours them all). */
   handles?: Set<string>;
+  /** Dead letters: the broker's count of its deliveries, the count last written, failed on purpose, its origin (a copy on "t.dlq"). */
+  deliveries?: number;
+  written?: number;
+  poison?: boolean;
+  origin?: { topic: string; partition: number; offset: number; deliveries: number };
 }
 
 interface Part {
@@ -152,6 +182,8 @@ interface Node {
   recentAcks: Array<[number, Entry]>;
   /** Child copies its copier made lately (of parent partitions it owns): [copyNs, msg]. */
   recentCopies: Array<[number, string]>;
+  /** Dead letters: delivery counts written lately, [writeNs, entry, value before]. */
+  recentCounts?: Array<[number, Entry, number]>;
 }
 
 /**
@@ -240,10 +272,18 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
   const nackRate = options.nackRate ?? 0.05;
   const extendRate = options.extendRate ?? 0.05;
   const slowRate = options.slowAckRate ?? 0.03;
+  const idempotent = options.idempotent ?? false;
+  /** Re-sends of one unanswered idempotent produce before the producer gives up on it. */
+  const resendsMax = 8;
+  /** The dedupe state: "producer/sequence" to where it was stored, per owner node (the bug clears one node's). */
+  const dedupe: Array<Map<string, { part: number; offset: number }>> = [];
   const bug = options.bug;
   let bugTriggered = 0;
 
-  const topicNames = ["t", "t.fan", "t.delay", "u"];
+  const deadLettersOn = options.deadLetters ?? false;
+  const maxDeliveries = 3;
+  const topicNames = deadLettersOn ? ["t", "t.fan", "t.delay", "u", "t.dlq"] : ["t", "t.fan", "t.delay", "u"];
+  const DLQ = 4;
   const T = 0;
   const FAN = 1;
   const DELAY = 2;
@@ -254,10 +294,11 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
     ack_sync_ms: syncMs,
     visibility_timeout_ms: vtMs,
     topics: {
-      t: { partitions: nParts },
+      t: { partitions: nParts, ...(deadLettersOn ? { max_deliveries: maxDeliveries, dead_letter_topic: "t.dlq" } : {}) },
       "t.fan": { partitions: 1, visibility_timeout_ms: fanVtMs },
       "t.delay": { partitions: 1 },
       u: { partitions: 1 },
+      ...(deadLettersOn ? { "t.dlq": { partitions: 1 } } : {}),
     },
     children: {
       t: [
@@ -311,8 +352,38 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
     e.state = AVAILABLE;
     e.handle = null;
     p.leased.delete(e);
+    // Out of deliveries: moved to the dead-letter topic instead of coming back.
+    if (deadLettersOn && e.topic === T) {
+      const count = e.deliveries ?? 0;
+      if (count >= maxDeliveries) return moveToDeadLetters(p, e);
+      if (bug === "dead-letter-early" && count === maxDeliveries - 1) {
+        bugTriggered++;
+        return moveToDeadLetters(p, e);
+      }
+    }
     // Messages coming back (lapse, nack, restart) go ahead of the backlog, as many brokers do.
     p.retry.push(e);
+  };
+
+  /** A lease of "t" ended (a lapse, a nack, a dead-letter ack): its count is written, on the acks' schedule. */
+  const writeCount = (p: Part, e: Entry): void => {
+    if (!deadLettersOn || e.topic !== T) return;
+    const node = nodes[p.node]!;
+    (node.recentCounts ??= []).push([agenda.nowNs, e, e.written ?? 0]);
+    e.written = e.deliveries ?? 0;
+  };
+
+  /** The copy (durable) on "t.dlq" with its origin, then the settle on "t": an ack a kill may forget. */
+  const moveToDeadLetters = (p: Part, e: Entry): void => {
+    const copy = commit(DLQ, 0, e.msg, agenda.nowNs);
+    copy.origin = { topic: "t", partition: e.partition, offset: e.offset, deliveries: e.deliveries ?? 0 };
+    e.state = ACKED;
+    e.handle = null;
+    e.ackedAtNs = agenda.nowNs;
+    p.leased.delete(e);
+    nodes[p.node]!.recentAcks.push([agenda.nowNs, e]);
+    unacked[e.topic]!--;
+    unackedTotal--;
   };
 
   /** Finds and leases an available, visible entry of a partition at time now. */
@@ -328,6 +399,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       p.leases.pop();
       if (e.state === LEASED && e.expiryNs === exp) {
         if (bug === "early-lapse") bugTriggered++;
+        writeCount(p, e);
         makeAvailable(p, e);
       }
     }
@@ -362,6 +434,11 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       ackedAtNs: 0,
     };
     p.log.push(e);
+    if (deadLettersOn && topic === T) {
+      e.deliveries = 0;
+      e.written = 0;
+      e.poison = rnd() < 0.1;
+    }
     if (bug === "lose-message" && topic === T && rnd() < 0.02) {
       // Stored, never handed out, and not counted as owed: the drain ends without it.
       bugTriggered++;
@@ -377,10 +454,14 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
 
   // ---- producers ----
   const producer = (name: string): void => {
+    const producerId = `${name}-producer`;
+    let sequence = 0;
     const step = (): void => {
       if (mainOver()) return;
-      const msg = `m${msgSeq++}`;
-      emit(name, "invoke", "produce", { topic: "t", msg });
+      send(`m${msgSeq++}`, sequence++, 0);
+    };
+    const send = (msg: string, seq: number, resends: number): void => {
+      emit(name, "invoke", "produce", idempotent ? { topic: "t", msg, producer: producerId, sequence: seq } : { topic: "t", msg });
       producersBusy++;
       const effectAt = agenda.nowNs + lat();
       agenda.at(effectAt, () => {
@@ -397,11 +478,29 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         const respond = (type: EventType, value: Record<string, unknown>, node: Node | null, bootSeq: number): void => {
           agenda.at(agenda.nowNs + lat(), () => {
             producersBusy--;
-            if (node !== null && (node.bootSeq !== bootSeq || !node.up || lost())) emit(name, "info", "produce", { error: "timeout" });
+            const unanswered = node !== null && (node.bootSeq !== bootSeq || !node.up || lost());
+            if (unanswered) emit(name, "info", "produce", { error: "timeout" });
             else emit(name, type, "produce", value);
+            // An idempotent producer re-sends an ambiguous produce with the same sequence, and one
+            // its owner could not take yet (a 503 while it restarts), until it is answered.
+            if (idempotent && (unanswered || (type === "fail" && value["status"] === 503)) && resends < resendsMax) {
+              return agenda.at(agenda.nowNs + think(30), () => send(msg, seq, resends + 1));
+            }
             agenda.at(agenda.nowNs + think(5), step);
           });
         };
+        const key = `${producerId}/${seq}`;
+        if (idempotent) {
+          // The partition comes from (producer, sequence): a re-send reaches the same one, and
+          // is never routed around its owner.
+          const p = parts[T]![seq % nParts]!;
+          chosen = nodes[p.node]!.up ? p : null;
+          const stored = chosen !== null ? dedupe[chosen.node]?.get(key) : undefined;
+          if (stored !== undefined) {
+            const node = nodes[chosen!.node]!;
+            return respond("ok", { partition: stored.part, offset: stored.offset, status: 202, duplicate: true, node: node.name, boot: node.boot }, node, node.bootSeq);
+          }
+        }
         if (chosen === null) return respond("fail", { status: 503 }, null, 0);
         const node = nodes[chosen.node]!;
         if (rnd() < refuseRate) {
@@ -417,6 +516,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         commit(FAN, 0, msg, agenda.nowNs);
         commit(DELAY, 0, msg, agenda.nowNs);
         node.recentCopies.push([agenda.nowNs, msg]);
+        if (idempotent) (dedupe[chosen.node] ??= new Map()).set(key, { part: chosen.index, offset: e.offset });
         respond("ok", { partition: chosen.index, offset: e.offset, status: 202, node: node.name, boot: node.boot }, node, node.bootSeq);
       });
     };
@@ -428,7 +528,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
     let finalTopic = -1;
     const next = (delayNs: number): void => agenda.at(agenda.nowNs + delayNs, step);
 
-    const handleOp = (f: "ack" | "extend" | "nack", e: Entry, handle: string, then: () => void): void => {
+    const handleOp = (f: "ack" | "extend" | "nack" | "dead-letter", e: Entry, handle: string, then: () => void): void => {
       const topic = topicNames[e.topic]!;
       emit(name, "invoke", f, { topic, msg: e.msg, delivery: handle });
       agenda.at(agenda.nowNs + lat(), () => {
@@ -486,7 +586,11 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
           } else if (f === "extend") {
             e.expiryNs = agenda.nowNs + vtNsOf(e.topic);
             p.leases.push(e.expiryNs, e);
+          } else if (f === "dead-letter") {
+            writeCount(p, e);
+            moveToDeadLetters(p, e);
           } else {
+            writeCount(p, e);
             makeAvailable(p, e);
           }
         } else {
@@ -511,6 +615,13 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       const vt = vtNsOf(e.topic);
       if (draining) {
         agenda.at(agenda.nowNs + think(2), () => handleOp("ack", e, handle, () => next(think(2))));
+      } else if (e.poison === true) {
+        // Failed on purpose at every delivery, until the broker moves it: held a quarter of the
+        // lease first, as the dead-letters workload does, so faults meet such messages between
+        // deliveries with their counts written.
+        agenda.at(agenda.nowNs + Math.round(vt * 0.25), () => handleOp("nack", e, handle, () => next(think(3))));
+      } else if (deadLettersOn && e.topic === T && r > 0.97) {
+        agenda.at(agenda.nowNs + think(3), () => handleOp("dead-letter", e, handle, () => next(think(3))));
       } else if (r < nackRate) {
         agenda.at(agenda.nowNs + think(3), () => handleOp("nack", e, handle, () => next(think(3))));
       } else if (r < nackRate + extendRate) {
@@ -564,6 +675,8 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         const handle = `h${handleSeq++}`;
         e.state = LEASED;
         e.handle = handle;
+        if (e.deliveries !== undefined) e.deliveries++;
+        const count = e.deliveries ?? 1;
         e.expiryNs = agenda.nowNs + (bug === "early-lapse" ? Math.round(vtNsOf(topic) / 3) : vtNsOf(topic));
         if (bug === "stale-handle") (e.handles ??= new Set()).add(handle);
         p.leased.add(e);
@@ -582,9 +695,10 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
             partition: e.partition,
             offset: e.offset,
             delivery: handle,
-            delivery_count: 1,
+            delivery_count: count,
             node: node.name,
             boot,
+            ...(e.origin !== undefined ? { origin: e.origin } : {}),
           });
           afterDelivery(e, handle);
         });
@@ -621,6 +735,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
         if (replaysOn && rnd() < 0.03) return replay();
         const r = rnd();
         // Every message owes one delivery on each of the three paths: poll them alike.
+        if (deadLettersOn && r > 0.9) return consume(DLQ);
         return consume(r < 1 / 3 ? T : r < 2 / 3 ? FAN : DELAY);
       }
       // The drain: take whatever is left; once nothing is, one final empty consume per topic.
@@ -628,14 +743,15 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       const settled =
         unackedTotal === 0 && producersBusy === 0 && nodes.every((n) => n.up) && agenda.nowNs >= drainStartNs + (fanVtMs + 100) * MS;
       if (!settled) {
-        const live = [T, FAN, DELAY].filter((t) => unacked[t]! > 0);
+        const live = (deadLettersOn ? [T, FAN, DELAY, DLQ] : [T, FAN, DELAY]).filter((t) => unacked[t]! > 0);
         if (live.length === 0) return next(20 * MS);
         return consume(live[Math.floor(rnd() * live.length)]!);
       }
       // Consumer 0 does the final empties, one topic after another.
       if (index !== 0) return;
       finalTopic++;
-      if (finalTopic < 3) consume(finalTopic);
+      const finals = deadLettersOn ? [T, FAN, DELAY, DLQ] : [T, FAN, DELAY];
+      if (finalTopic < finals.length) consume(finals[finalTopic]!);
     };
     agenda.at(think(3), step);
   };
@@ -651,6 +767,31 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
       agenda.at(agenda.nowNs + lat(), () => {
         const now = agenda.nowNs;
         node.up = false;
+        // Counts not yet written (kill) or synced (power loss) go, and those of live leases (a
+        // count is written when its lease ends); a terminate writes and syncs them all.
+        if (deadLettersOn && kind !== "terminate") {
+          const writes = node.recentCounts ?? [];
+          for (let i = writes.length - 1; i >= 0; i--) {
+            const [writeNs, e, before] = writes[i]!;
+            const flushedNs = (Math.floor(writeNs / (flushMs * MS)) + 1) * flushMs * MS;
+            const syncedNs = (Math.floor(flushedNs / (syncMs * MS)) + 1) * syncMs * MS;
+            if (kind === "kill" ? flushedNs > now : syncedNs > now) e.written = before;
+          }
+          for (const p of parts[T]!) if (nodes[p.node] === node) for (const e of p.log) e.deliveries = e.written;
+        } else if (deadLettersOn) {
+          for (const p of parts[T]!) if (nodes[p.node] === node) for (const e of p.leased) writeCount(p, e);
+        }
+        node.recentCounts = [];
+        if (bug === "counts-forgotten") {
+          for (const p of parts[T]!) {
+            if (nodes[p.node] !== node) continue;
+            for (const e of p.log) {
+              if (e.state !== ACKED && (e.deliveries ?? 0) > 0) bugTriggered++;
+              e.deliveries = 0;
+              e.written = 0;
+            }
+          }
+        }
         // The process dies: leases go, and acks not yet written (kill) or synced (power loss) too.
         for (const ps of parts) {
           for (const p of ps) {
@@ -698,6 +839,10 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
               node.bootSeq++;
               node.boot = `${node.name}-b${node.bootSeq}`;
               node.up = true;
+              if (bug === "dedupe-forgets" && (dedupe[nodes.indexOf(node)]?.size ?? 0) > 0) {
+                bugTriggered++;
+                dedupe[nodes.indexOf(node)]!.clear();
+              }
               for (const [copiedNs, msg] of recopy) {
                 commit(FAN, 0, msg, agenda.nowNs);
                 commit(DELAY, 0, msg, agenda.nowNs, copiedNs);
@@ -719,6 +864,7 @@ export function startSimulation(options: SimOptions, sink: SimSink): Simulation 
     const horizon = agenda.nowNs - (flushMs + syncMs) * 2 * MS;
     for (const n of nodes) {
       if (n.recentAcks.length > 0 && n.recentAcks[0]![0] < horizon) n.recentAcks = n.recentAcks.filter(([t]) => t >= horizon);
+      if (n.recentCounts !== undefined && n.recentCounts.length > 0 && n.recentCounts[0]![0] < horizon) n.recentCounts = n.recentCounts.filter(([t]) => t >= horizon);
       if (n.recentCopies.length > 0 && n.recentCopies[0]![0] < horizon) n.recentCopies = n.recentCopies.filter(([t]) => t >= horizon);
     }
     // A drain that never settles is a bug of this model, not a slow run.

@@ -2,7 +2,8 @@
 // its visibility timeout, its children and parent, a delay child's delay, and for a child path
 // the nodes a copy batch may have gone through and how long its copier waits for an answer
 // (the re-copy rule of recopy.ts). From the config line, plus the nodes seen delivering on a child
-// path whose batches may be split over several owners (every child but a replica).
+// path whose batches may be split over several owners (every child but a replica). Next wave: a
+// topic's max_deliveries and dead-letter topic (SPEC "Dead letters").
 
 import { F_CONSUME, O_OK, type RunData } from "./collect.js";
 
@@ -20,6 +21,10 @@ export class Topology {
   readonly viaNodesOf: number[][];
   /** Per child path: how long its copier may wait for a copy's answer (its copy_timeout_ms, else the config's, else ack_flush_ms), ns. */
   readonly answerNsOf: Float64Array;
+  /** A topic's max_deliveries; Infinity when unlimited (or none given). */
+  readonly maxDeliveries: Float64Array;
+  /** A topic's dead_letter_topic; -1 when it has none. */
+  readonly deadLetterOf: Int32Array;
 
   constructor(run: RunData) {
     const cfg = run.config;
@@ -28,6 +33,14 @@ export class Topology {
     this.visibilityTimeoutNs = new Float64Array(nTopics).fill(cfg.visibility_timeout_ms * MS);
     for (const [name, t] of Object.entries(cfg.topics)) {
       if (t.visibility_timeout_ms !== undefined) this.visibilityTimeoutNs[run.topics.find(name)] = t.visibility_timeout_ms * MS;
+    }
+    this.maxDeliveries = new Float64Array(nTopics).fill(Infinity);
+    this.deadLetterOf = new Int32Array(nTopics).fill(-1);
+    for (const [name, t] of Object.entries(cfg.topics)) {
+      if (typeof t.dead_letter_topic !== "string") continue;
+      const id = run.topics.find(name);
+      this.deadLetterOf[id] = run.topics.find(t.dead_letter_topic);
+      if (typeof t.max_deliveries === "number") this.maxDeliveries[id] = t.max_deliveries;
     }
     this.delayNs = new Float64Array(nTopics);
     this.childrenOf = Array.from({ length: nTopics }, () => []);

@@ -20,7 +20,13 @@ export type AnomalyName =
   | "skip"
   | "nonmonotonic"
   | "stranded"
-  | "no-legal-order";
+  | "no-legal-order"
+  /** Next wave: an idempotent message (one producer and sequence) stored at two places. */
+  | "duplicate-produce"
+  /** Next wave: a delivery on a dead-letter topic before its source ran out of deliveries. */
+  | "dead-lettered-early"
+  /** Next wave: a delivery on a topic after the message was moved to its dead-letter topic. */
+  | "delivered-after-dead-letter";
 
 export const ANOMALY_NAMES: readonly AnomalyName[] = [
   "lost",
@@ -34,6 +40,9 @@ export const ANOMALY_NAMES: readonly AnomalyName[] = [
   "nonmonotonic",
   "stranded",
   "no-legal-order",
+  "duplicate-produce",
+  "dead-lettered-early",
+  "delivered-after-dead-letter",
 ];
 
 export interface Anomaly {

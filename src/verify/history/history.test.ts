@@ -87,3 +87,20 @@ test("the writer signals backpressure and refuses to grow past its hard limit", 
   await drained;
   clearInterval(pump);
 });
+
+test("the writer records the next wave's dead-letter operation (it once refused it as unknown), and still refuses a config line", async () => {
+  const sink = new Sink();
+  const w = new HistoryWriter(sink, CONFIG);
+  w.invoke("c1", "dead-letter", { topic: "t", msg: "m1", delivery: "d1" });
+  w.ok("c1", { status: 204 });
+  assert.throws(() => w.invoke("c1", "config" as never, {}), HistoryMisuseError);
+  await w.close();
+  assert.deepEqual(
+    parseHistoryText(sink.chunks.join("")).map((e) => [e.type, e.f]),
+    [
+      ["ok", "config"],
+      ["invoke", "dead-letter"],
+      ["ok", "dead-letter"],
+    ],
+  );
+});

@@ -7,11 +7,14 @@
 /** The outcome kinds of a line. `invoke` opens an operation; the other three close it. */
 export type EventType = "invoke" | "ok" | "fail" | "info";
 
-/** Operation names. `config` is the first line only; `fault` lines come from the nemesis. */
-export type OpName = "config" | "produce" | "consume" | "ack" | "extend" | "nack" | "replay" | "fault";
+/**
+ * Operation names. `config` is the first line only; `fault` lines come from the nemesis.
+ * `dead-letter` is an ack with `dead_letter=true` (a next-wave line: SPEC "Dead letters").
+ */
+export type OpName = "config" | "produce" | "consume" | "ack" | "extend" | "nack" | "replay" | "fault" | "dead-letter";
 
 export const EVENT_TYPES: readonly EventType[] = ["invoke", "ok", "fail", "info"];
-export const OP_NAMES: readonly OpName[] = ["config", "produce", "consume", "ack", "extend", "nack", "replay", "fault"];
+export const OP_NAMES: readonly OpName[] = ["config", "produce", "consume", "ack", "extend", "nack", "replay", "fault", "dead-letter"];
 
 /** What the nemesis can do. Four of them restart a process and so need boot evidence. */
 export type FaultKind =
@@ -73,6 +76,13 @@ export interface TopicConfig {
   replication_factor?: number;
   /** Optional: what a 202 waited for on a replicated topic. */
   acks?: "leader" | "quorum";
+  /**
+   * Optional (next wave, SPEC "Dead letters"): how many times a message is delivered from this
+   * topic before it moves to `dead_letter_topic` (1..1000; null or absent: unlimited).
+   */
+  max_deliveries?: number | null;
+  /** Optional: the topic (of this config) dead letters of this topic move to; required with max_deliveries. */
+  dead_letter_topic?: string | null;
 }
 
 /** The value of the first line: what the checker needs to know about the run. */
@@ -102,6 +112,12 @@ export interface ConfigValue {
    * replication_lag_ms (or ack_flush_ms).
    */
   replication_rejoin_ms?: number;
+  /**
+   * Optional: the nodes' control-plane lease (a cluster run). A leader frozen or cut off stops
+   * acknowledging by its lease deadline, so the failover rule explains only the leases and acks
+   * it took before the fault's completion plus this; without it, until the resume or heal.
+   */
+  node_lease_ms?: number;
   [extra: string]: unknown;
 }
 
@@ -111,6 +127,12 @@ export interface ProduceInvoke {
   topic: string;
   msg: MsgId;
   key?: string | null;
+  /**
+   * Next wave (SPEC "Idempotent producers"), both or neither: the producer id and the sequence
+   * the produce carried. A re-send repeats its msg, producer and sequence.
+   */
+  producer?: string;
+  sequence?: number;
 }
 export interface ProduceOk {
   partition: number;
@@ -123,6 +145,8 @@ export interface ProduceOk {
    */
   node?: string;
   boot?: string;
+  /** Next wave: the broker answered that this (producer, sequence) was stored already (at partition, offset). */
+  duplicate?: boolean;
 }
 export interface ConsumeInvoke {
   topic: string;
@@ -138,12 +162,26 @@ export interface ConsumeOkMessage {
   /** The partition's owner that holds the lease, and its boot id. */
   node: string;
   boot: string;
+  /**
+   * Next wave, on a dead-letter topic: where the message came from (the Narad-Origin-* headers,
+   * or the batch JSON's `origin`): its topic, partition and offset there, and how many times it
+   * had been delivered there when it moved.
+   */
+  origin?: OriginValue;
+}
+export interface OriginValue {
+  topic: string;
+  partition: number;
+  offset: number;
+  deliveries: number;
+  produced_at?: number;
 }
 export interface ConsumeOkEmpty {
   topic: string;
   msg: null;
 }
 export type ConsumeOk = ConsumeOkMessage | ConsumeOkEmpty;
+/** The invoke of an ack, extend, nack or dead-letter (an ack with dead_letter=true). */
 export interface HandleInvoke {
   topic: string;
   msg: MsgId;

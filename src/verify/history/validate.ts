@@ -108,6 +108,7 @@ function validateConfig(value: Record<string, unknown>): void {
   optNumber(value, "copy_timeout_ms", where, 0);
   optNumber(value, "replication_lag_ms", where, 0);
   optNumber(value, "replication_rejoin_ms", where, 0);
+  optNumber(value, "node_lease_ms", where, 0);
   if (vt === 0) problem("config: visibility_timeout_ms must be above 0");
   const topics = value["topics"];
   if (topics === undefined) problem("config: missing field topics");
@@ -121,6 +122,7 @@ function validateConfig(value: Record<string, unknown>): void {
     optNumber(t, "replication_factor", w, 1);
     const acks = t["acks"];
     if (acks !== undefined && acks !== "leader" && acks !== "quorum") problem(`${w}: acks must be "leader" or "quorum", not ${describe(acks)}`);
+    validateDeadLetterConfig(name, t, topics, w);
   }
   const children = value["children"];
   if (children === undefined) return;
@@ -150,6 +152,47 @@ function validateConfig(value: Record<string, unknown>): void {
   }
 }
 
+/** The largest max_deliveries a topic takes (SPEC "Dead letters": 1..1000, or null). */
+export const MAX_DELIVERIES_MAX = 1000;
+
+/**
+ * A topic's dead-letter fields (next wave): max_deliveries an integer 1..1000 or null,
+ * dead_letter_topic a topic of this config other than itself, and required with max_deliveries.
+ */
+function validateDeadLetterConfig(name: string, t: Record<string, unknown>, topics: Record<string, unknown>, w: string): void {
+  const max = t["max_deliveries"];
+  const dlq = t["dead_letter_topic"];
+  if (max !== undefined && max !== null && !(typeof max === "number" && Number.isSafeInteger(max) && max >= 1 && max <= MAX_DELIVERIES_MAX)) {
+    problem(`${w}: max_deliveries must be an integer 1..${MAX_DELIVERIES_MAX} or null, not ${describe(max)}`);
+  }
+  if (dlq !== undefined && dlq !== null) {
+    if (typeof dlq !== "string" || dlq.length === 0) problem(`${w}: dead_letter_topic must be a nonempty string or null, not ${describe(dlq)}`);
+    if (dlq === name) problem(`${w}: dead_letter_topic cannot be the topic itself`);
+    if (!Object.prototype.hasOwnProperty.call(topics, dlq)) problem(`${w}: dead_letter_topic ${JSON.stringify(dlq)} is not a topic of the config`);
+  }
+  if (typeof max === "number" && (dlq === undefined || dlq === null)) problem(`${w}: max_deliveries needs a dead_letter_topic`);
+}
+
+/** A consume ok's `origin` on a dead-letter topic (next wave): {topic, partition, offset, deliveries, produced_at?}. */
+function validateOrigin(v: unknown, where: string): void {
+  if (!isObject(v)) problem(`${where}: origin must be an object, not ${describe(v)}`);
+  const w = `${where}: origin`;
+  needString(v, "topic", w);
+  needUint(v, "partition", w);
+  needUint(v, "offset", w);
+  needUint(v, "deliveries", w);
+  optNumber(v, "produced_at", w, 0);
+}
+
+/** The handle of an ack, extend, nack or dead-letter invoke. */
+function needHandle(value: Record<string, unknown>, where: string): void {
+  const d = value["delivery"];
+  if (d === undefined) problem(`${where}: missing field delivery`);
+  if (!((typeof d === "string" && d.length > 0) || (typeof d === "number" && Number.isFinite(d)))) {
+    problem(`${where}: delivery must be a nonempty string or a number, not ${describe(d)}`);
+  }
+}
+
 function validateValue(type: EventType, f: OpName, value: Record<string, unknown>): void {
   const where = `${f} ${type}`;
   switch (f) {
@@ -163,6 +206,11 @@ function validateValue(type: EventType, f: OpName, value: Record<string, unknown
         needMsg(value, "msg", where);
         const key = value["key"];
         if (key !== undefined && key !== null && typeof key !== "string") problem(`${where}: key must be a string or null, not ${describe(key)}`);
+        // An idempotent produce (next wave): its producer id and sequence, both or neither.
+        if (value["producer"] !== undefined || value["sequence"] !== undefined) {
+          needString(value, "producer", where);
+          needUint(value, "sequence", where);
+        }
       } else if (type === "ok") {
         needUint(value, "partition", where);
         needUint(value, "offset", where);
@@ -173,6 +221,8 @@ function validateValue(type: EventType, f: OpName, value: Record<string, unknown
           needString(value, "node", where);
           needString(value, "boot", where);
         }
+        const duplicate = value["duplicate"];
+        if (duplicate !== undefined && typeof duplicate !== "boolean") problem(`${where}: duplicate must be true or false, not ${describe(duplicate)}`);
       } else {
         optNumber(value, "status", where);
       }
@@ -187,17 +237,14 @@ function validateValue(type: EventType, f: OpName, value: Record<string, unknown
         needMsg(value, "msg", where);
         needUint(value, "partition", where);
         needUint(value, "offset", where);
-        const d = value["delivery"];
-        if (d === undefined) problem(`${where}: missing field delivery`);
-        if (!((typeof d === "string" && d.length > 0) || (typeof d === "number" && Number.isFinite(d)))) {
-          problem(`${where}: delivery must be a nonempty string or a number, not ${describe(d)}`);
-        }
+        needHandle(value, where);
         needString(value, "node", where);
         needString(value, "boot", where);
         const dc = value["delivery_count"];
         if (dc !== undefined && (typeof dc !== "number" || !Number.isSafeInteger(dc) || dc < 1)) {
           problem(`${where}: delivery_count must be an integer ≥ 1, not ${describe(dc)}`);
         }
+        if (value["origin"] !== undefined) validateOrigin(value["origin"], where);
       } else {
         optNumber(value, "status", where);
       }
@@ -205,14 +252,11 @@ function validateValue(type: EventType, f: OpName, value: Record<string, unknown
     case "ack":
     case "extend":
     case "nack":
+    case "dead-letter":
       if (type === "invoke") {
         needString(value, "topic", where);
         needMsg(value, "msg", where);
-        const d = value["delivery"];
-        if (d === undefined) problem(`${where}: missing field delivery`);
-        if (!((typeof d === "string" && d.length > 0) || (typeof d === "number" && Number.isFinite(d)))) {
-          problem(`${where}: delivery must be a nonempty string or a number, not ${describe(d)}`);
-        }
+        needHandle(value, where);
       } else if (type === "ok") {
         const status = value["status"];
         if (status !== undefined && status !== 204) problem(`${where}: status must be 204, not ${describe(status)} (410 is an info line)`);

@@ -16,7 +16,7 @@
 import { createWriteStream } from "node:fs";
 import type { Writable } from "node:stream";
 import { createRunClock, type RunClock } from "./clock.js";
-import type { ConfigValue, EventType, OpName } from "./types.js";
+import { OP_NAMES, type ConfigValue, type EventType, type OpName } from "./types.js";
 
 export interface HistoryWriterOptions {
   /** Shared by every recorder of the run; a fresh one starts at 0 now. */
@@ -43,7 +43,7 @@ export class HistoryMisuseError extends Error {
   }
 }
 
-const RECORDED_OPS: ReadonlySet<string> = new Set(["produce", "consume", "ack", "extend", "nack", "replay", "fault"]);
+const RECORDED_OPS: ReadonlySet<string> = new Set(OP_NAMES.filter((f) => f !== "config"));
 
 export class HistoryWriter {
   private readonly stream: Writable;

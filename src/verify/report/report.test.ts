@@ -85,3 +85,27 @@ test("the HTML report draws every plot in headless Chromium", { skip: existsSync
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test("the summary and the HTML page name the next wave's anomalies (duplicate-produce, dead letters)", () => {
+  const b = new HistoryBuilder({ topics: { t: { partitions: 1, max_deliveries: 1, dead_letter_topic: "d" }, d: { partitions: 1 } }, visibility_timeout_ms: 1_000 });
+  b.idempotentProduce("p1", "t", "m1", "prod-1", 0, 0, 10, "ok", { partition: 0, offset: 0 });
+  b.idempotentProduce("p1", "t", "m1", "prod-1", 0, 20, 30, "ok", { partition: 0, offset: 1 });
+  b.consume("c1", "t", "m1", "h1", 40, 41);
+  b.handle("nack", "c1", "t", "m1", "h1", 50, 51);
+  b.produce("p1", "t", "m2", 60, 70);
+  b.consume("c1", "t", "m2", "h2", 80, 81);
+  b.handle("nack", "c1", "t", "m2", "h2", 90, 91);
+  b.consume("c1", "t", "m2", "h3", 100, 101);
+  b.ack("c1", "t", "m2", "h3", 110, 111);
+  b.empty("c1", "t", 3000, 3001);
+  b.empty("c2", "d", 3000, 3001);
+  const r = checkEvents(b.build().events);
+  const names = Object.keys(r.anomalyCounts).sort();
+  assert.deepEqual(names, ["delivered-after-dead-letter", "duplicate-produce", "lost"]);
+  const text = formatSummary(r);
+  const html = renderHtml(r);
+  for (const name of names) {
+    assert.match(text, new RegExp(`${name} ×1`));
+    assert.ok(html.includes(name), name);
+  }
+});

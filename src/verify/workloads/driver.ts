@@ -69,8 +69,12 @@ import { FailoverNemesis, isReplicatedFaultKind, needsPowerLoss, type FailoverTa
 import type { RunFaultKind } from "./protocol.js";
 import type { Proxy } from "../proxy/index.js";
 import { createServer } from "node:net";
+import { Narad } from "../../client/index.js";
+import { idempotentProducer } from "./next-wave.js";
 
 export const MAIN_TOPIC = "t";
+/** What consumers of a dead-letter topic do: ack, now and then slowly or after an extend. */
+const DEAD_LETTER_MIX = { ack: 90, nack: 0, extend: 5, slow: 5, lapse: 0, late: 0 };
 export const PROBE_TOPIC = "probe";
 
 export const RUN_LIMITS = {
@@ -224,8 +228,12 @@ export interface RunOptions {
   prober?: boolean;
   /** Server limit limits.pending_sync_bytes (min 1 MiB): small values provoke 429s. */
   pendingSyncBytes?: number;
+  /** How the workers' SDK clients produce (the SDK's `transport`); default "http". */
+  transport?: "http" | "stream";
   ackFlushMs?: number;
   ackSyncMs?: number;
+  /** cluster.forward_timeout_ms of the nodes (default FORWARD_TIMEOUT_MS). */
+  forwardTimeoutMs?: number;
   /** Write report.html next to report.json; default true. */
   html?: boolean;
   signal?: AbortSignal;
@@ -280,6 +288,7 @@ interface ResolvedRun {
   bugs: string[];
   ackFlushMs: number;
   ackSyncMs: number;
+  forwardTimeoutMs: number;
   topics: RunTopic[];
   remote: boolean;
   /** Nodes of the remote child's system (0: none). */
@@ -372,6 +381,13 @@ function resolveRun(o: RunOptions): ResolvedRun {
     },
   ];
   if (profile.prober) topics.push({ name: PROBE_TOPIC, partitions: 1, visibilityTimeoutMs: PROBE_VISIBILITY_TIMEOUT_MS, system: "main" });
+  const dl = profile.deadLetters;
+  if (dl !== null) {
+    // Next wave: the main topic moves dead letters to a topic of its own (created first).
+    if (profile.children.length > 0) throw new RangeError("a dead-letter workload runs without children");
+    topics[0] = { ...topics[0]!, maxDeliveries: dl.maxDeliveries, deadLetterTopic: dl.topic };
+    topics.push({ name: dl.topic, partitions: profile.partitions, visibilityTimeoutMs: profile.visibilityTimeoutMs, system: "main" });
+  }
   const names = new Set(topics.map((t) => t.name));
   for (const c of profile.children) {
     // The checker tells paths apart by topic name alone: a remote topic must not share a name
@@ -403,6 +419,7 @@ function resolveRun(o: RunOptions): ResolvedRun {
     bugs: o.bugs ?? [],
     ackFlushMs: o.ackFlushMs ?? DEFAULTS.ackFlushIntervalMs,
     ackSyncMs: o.ackSyncMs ?? DEFAULTS.ackSyncIntervalMs,
+    forwardTimeoutMs: o.forwardTimeoutMs ?? FORWARD_TIMEOUT_MS,
     topics,
     remote,
     // Another cluster for another cluster: two nodes when the system under test is a cluster.
@@ -423,6 +440,7 @@ function topicSpec(t: RunTopic): TopicSpec {
     partitions: t.partitions,
     visibilityTimeoutMs: t.visibilityTimeoutMs,
     ...(t.replicationFactor !== undefined ? { replicationFactor: t.replicationFactor, acks: t.acks! } : {}),
+    ...(t.deadLetterTopic !== undefined ? { maxDeliveries: t.maxDeliveries ?? null, deadLetterTopic: t.deadLetterTopic } : {}),
   };
 }
 
@@ -620,11 +638,12 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
           partitions: t.partitions,
           visibility_timeout_ms: t.visibilityTimeoutMs,
           ...(t.replicationFactor !== undefined ? { replication_factor: t.replicationFactor, acks: t.acks! } : {}),
+          ...(t.deadLetterTopic !== undefined ? { max_deliveries: t.maxDeliveries ?? null, dead_letter_topic: t.deadLetterTopic } : {}),
         },
       ]),
     ),
     // The acks' shipping lag the failover rule allows (replicated topics only).
-    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS, replication_rejoin_ms: REPLICATION_REJOIN_MS } : {}),
+    ...(run.replicationFactor > 1 ? { replication_lag_ms: REPLICATION_LAG_MS, replication_rejoin_ms: REPLICATION_REJOIN_MS, node_lease_ms: Number(REPLICATED_ENV.NARAD_CLUSTER_NODE_LEASE_MS) } : {}),
     // A remote child's path is the remote topic's name: its deliveries are recorded by consumers
     // of the remote system under that name (runs keep it distinct from every local topic's).
     children:
@@ -637,7 +656,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
               ...(c.kind === "delay" ? { delay_ms: c.delayMs! } : {}),
               // The other cluster's nodes: a push may pass through any of them (the checker's re-copy rule).
               ...(c.kind === "remote" ? { nodes: Array.from({ length: run.remoteNodes }, (_, i) => `r${i + 1}`) } : {}),
-              ...(c.kind === "remote" ? { copy_timeout_ms: REMOTE_PUSH_TIMEOUT_MS } : run.nodes > 1 ? { copy_timeout_ms: FORWARD_TIMEOUT_MS } : {}),
+              ...(c.kind === "remote" ? { copy_timeout_ms: REMOTE_PUSH_TIMEOUT_MS } : run.nodes > 1 ? { copy_timeout_ms: run.forwardTimeoutMs } : {}),
             })),
           },
     run: {
@@ -650,6 +669,7 @@ function runConfig(run: ResolvedRun, remote: boolean): ConfigValue {
       ...(remote ? { remote_nodes: run.remoteNodes } : {}),
       bugs: run.bugs,
       power_loss_mode: profile.powerLoss,
+      ...(profile.idempotent ? { idempotent: true } : {}),
       proxy: profile.proxy,
       faults: run.faults?.kinds ?? [],
       ...(run.replicationFactor > 1 ? { replication_factor: run.replicationFactor, acks: run.acks } : {}),
@@ -752,7 +772,7 @@ async function startSystems(s: RunState): Promise<void> {
     NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn",
     NARAD_STORAGE_ACK_FLUSH_INTERVAL_MS: String(run.ackFlushMs),
     NARAD_STORAGE_CONSUMER_OFFSET_COMMIT_INTERVAL_MS: String(run.ackSyncMs),
-    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(FORWARD_TIMEOUT_MS),
+    NARAD_CLUSTER_FORWARD_TIMEOUT_MS: String(run.forwardTimeoutMs),
     // Explicit, so a variable left in the caller's environment cannot turn a bug on or off.
     NARAD_TEST_BUGS: run.bugs.join(","),
     NARAD_TEST_MODE: "1", // seeded bugs are refused without it (or --dev), and runs with security on pass no --dev
@@ -827,6 +847,8 @@ async function startSystems(s: RunState): Promise<void> {
       await createTopics(sys, run.topics.filter((t) => systemOf(s, t) === sys && !replicas.has(t.name)), signal);
     }),
   );
+  // Next wave: a server without idempotent producers stops the run here, with one line.
+  if (profile.idempotent) await checkIdempotentProducers(main);
   if (profile.children.length > 0) {
     await attachChildren(main, MAIN_TOPIC, profile.children.map((c) => ({ topic: c.topic, kind: c.kind, ...(c.delayMs !== undefined ? { delayMs: c.delayMs } : {}) })), remote, signal);
   }
@@ -837,9 +859,20 @@ async function startSystems(s: RunState): Promise<void> {
 
 // ---- load: the worker processes (producers, consumers, prober, replayer) ----
 
+/** Stops the run with one line (NextWaveUnsupported) when the system has no idempotent producers. */
+async function checkIdempotentProducers(sys: RunSystem): Promise<void> {
+  const client = new Narad({ url: sys.nodes[0]!.url, ...(sys.client !== null ? { user: sys.client.user, password: sys.client.password } : {}) });
+  try {
+    await idempotentProducer(client);
+  } finally {
+    await client.destroy().catch(() => undefined);
+  }
+}
+
 /** The worker specs of the run: producers and consumers of the main topic, consumers of each child path, prober, replayer. */
 function workerSpecs(s: RunState): WorkerSpec[] {
   const { run, profile, seed, main } = s;
+  const transport = s.opts.transport;
   let nextProcess = 0;
   const specs: WorkerSpec[] = [];
   const lanesTotal = profile.producers * profile.producerLanes;
@@ -856,6 +889,7 @@ function workerSpecs(s: RunState): WorkerSpec[] {
       ...(profile.cycle !== null && role.role === "producer" ? { gateClosed: true } : {}),
       seed: deriveSeed(seed, `worker-${worker}`),
       requestTimeoutMs: profile.requestTimeoutMs,
+      ...(transport !== undefined ? { transport } : {}),
       role,
     });
   };
@@ -869,10 +903,23 @@ function workerSpecs(s: RunState): WorkerSpec[] {
       payloadBytesMax: profile.payloadBytesMax,
       keyedShare: 0.5,
       keys: 16,
+      ...(profile.idempotent ? { idempotent: true } : {}),
     });
   }
+  const dl = profile.deadLetters;
   for (let i = 0; i < profile.consumers; i++) {
-    addWorker(profile.consumerLanes, { role: "consumer", topic: MAIN_TOPIC, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: profile.mix, waitMs: profile.consumeWaitMs });
+    addWorker(profile.consumerLanes, {
+      role: "consumer",
+      topic: MAIN_TOPIC,
+      visibilityTimeoutMs: profile.visibilityTimeoutMs,
+      mix: profile.mix,
+      waitMs: profile.consumeWaitMs,
+      ...(dl !== null ? { deadLetters: { nackShare: dl.nackShare, deadLetterShare: dl.deadLetterShare } } : {}),
+    });
+  }
+  // The dead-letter topic is a path of its own: its consumers ack what arrives.
+  for (let i = 0; dl !== null && i < dl.consumers; i++) {
+    addWorker(profile.consumerLanes, { role: "consumer", topic: dl.topic, visibilityTimeoutMs: profile.visibilityTimeoutMs, mix: DEAD_LETTER_MIX, waitMs: profile.consumeWaitMs });
   }
   // Every child path has consumers of its own, on the system it lives on.
   for (const t of run.topics) {
@@ -1063,8 +1110,18 @@ async function drain(s: RunState): Promise<void> {
   if (s.interrupted) return;
   s.progress.set("drain");
   const drainOpsMax = 4 * (tracker.counts.produceOk + tracker.counts.produceInfo + tracker.counts.produceFail) + 10_000;
+  // A dead-letter topic is drained after the topics that move messages to it (next wave): a move
+  // the drain of its source provokes (a lapsed last lease seen only then) lands before its drain.
+  const deadLetterTopics = new Set(run.topics.flatMap((t) => (t.deadLetterTopic !== undefined ? [t.deadLetterTopic] : [])));
+  await drainTopics(s, run.topics.filter((t) => !deadLetterTopics.has(t.name)), drainOpsMax);
+  await drainTopics(s, run.topics.filter((t) => deadLetterTopics.has(t.name)), drainOpsMax);
+}
+
+/** Consumes and acks each of `topics` until empty, several lanes at once, all topics together. */
+async function drainTopics(s: RunState, topics: readonly RunTopic[], drainOpsMax: number): Promise<void> {
+  const { profile, findings } = s;
   const drains: Promise<void>[] = [];
-  for (const t of run.topics) {
+  for (const t of topics) {
     const sys = systemOf(s, t);
     const lanes = t.name === MAIN_TOPIC ? RUN_LIMITS.drainLanes : t.name === PROBE_TOPIC ? 1 : Math.max(1, RUN_LIMITS.drainLanes / 2);
     for (let l = 0; l < lanes; l++) {

@@ -12,8 +12,9 @@ export {
   type RunProgress,
   type Finding,
 } from "./driver.js";
-export { WORKLOADS, WORKLOAD_NAMES, CHILD_DELAY_MS, CHILDREN_CYCLE, isWorkloadName, type WorkloadName, type WorkloadProfile, type ChildProfile } from "./workloads.js";
+export { NextWaveUnsupported, probeNextWave } from "./next-wave.js";
+export { WORKLOADS, WORKLOAD_NAMES, NEXT_WAVE_WORKLOADS, CHILD_DELAY_MS, CHILDREN_CYCLE, isWorkloadName, type WorkloadName, type WorkloadProfile, type ChildProfile } from "./workloads.js";
 export { LoadCycle, type CycleSpec } from "./cycle.js";
-export { calibrate, CALIBRATION_CASES, formatCalibrationTable, type CalibrationCase, type CalibrationRow, type CalibrationOptions } from "./calibrate.js";
+export { calibrate, CALIBRATION_CASES, ISSUE14_CALIBRATION_CASES, formatCalibrationTable, type CalibrationCase, type CalibrationRow, type CalibrationOptions } from "./calibrate.js";
 export { encodePayload, decodePayload } from "./ops.js";
 export { deriveSeed } from "./roles.js";

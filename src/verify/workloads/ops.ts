@@ -28,6 +28,7 @@
 import { Narad, NaradClientError, NaradGoneError, type Message } from "../../client/index.js";
 import { isErrorCode } from "../../protocol/errors.js";
 import { ackProcess, type CompletionType, type Credentials, type OpF } from "./protocol.js";
+import { deadLetterAck, idempotentProducer, originOf, type IdempotentProducer } from "./next-wave.js";
 
 export interface OpRecorder {
   /** Records the invoke; resolves when the request may be sent. */
@@ -51,7 +52,7 @@ export interface Delivery {
   deliveryCount: number;
 }
 
-export type SettleAction = "ack" | "extend" | "nack";
+export type SettleAction = "ack" | "extend" | "nack" | "dead-letter";
 
 /** Longest message id read back from a payload; ids are far shorter. */
 const MSG_ID_CHARS_MAX = 120;
@@ -114,6 +115,8 @@ export interface LaneOptions {
   auth?: Credentials;
   /** Which of the URLs the first request goes to (then each next one in turn). */
   firstUrl?: number;
+  /** The SDK's transport for produce (default "http"; "stream": the streaming protocol). */
+  transport?: "http" | "stream";
 }
 
 /** A consume's answer in history terms; `delivery` is set when a message was leased. */
@@ -125,6 +128,8 @@ export class Lane {
   private readonly clients: Narad[];
   private nextClient: number;
   private readonly recorder: OpRecorder;
+  /** The lane's idempotent producer (next wave), made by `openIdempotent`. */
+  private idempotentProducer: IdempotentProducer | null = null;
 
   constructor(process: string, urls: string | readonly string[], recorder: OpRecorder, opts: LaneOptions) {
     this.process = process;
@@ -140,6 +145,7 @@ export class Lane {
           requestTimeoutMs: opts.requestTimeoutMs,
           connectTimeoutMs: opts.requestTimeoutMs,
           ...(opts.auth !== undefined ? { user: opts.auth.user, password: opts.auth.password } : {}),
+          ...(opts.transport !== undefined ? { transport: opts.transport } : {}),
         }),
     );
     this.nextClient = (opts.firstUrl ?? 0) % this.clients.length;
@@ -178,6 +184,34 @@ export class Lane {
       // The owner that stored it (its copier makes the child copies); on one node, the node itself.
       const owner = r.owner !== null && r.ownerBoot !== null ? { node: r.owner, boot: r.ownerBoot } : {};
       return { type: "ok", value: { partition: r.partition, offset: r.offset, status: 202, ...owner }, status: 202 };
+    });
+  }
+
+  /**
+   * Makes the lane's idempotent producer on its first node's client (the broker mints its id).
+   * Throws NextWaveUnsupported when the server or SDK has none.
+   */
+  async openIdempotent(): Promise<void> {
+    this.idempotentProducer = await idempotentProducer(this.clients[0]!);
+  }
+
+  /**
+   * A produce through the lane's idempotent producer: the invoke names its producer id and
+   * sequence; the SDK re-sends an ambiguous answer with the same sequence until it is definite,
+   * so one operation covers every attempt. Its ok adds `duplicate: true` when the broker said so.
+   */
+  async produceIdempotent(topic: string, msg: string, payload: Buffer, key: string | null): Promise<Outcome> {
+    const producer = this.idempotentProducer;
+    if (producer === null) throw new Error("produceIdempotent before openIdempotent");
+    const sequence = producer.nextSequence;
+    const invoke: Record<string, unknown> = { topic, msg, ...(key !== null ? { key } : {}), producer: producer.producerId, sequence };
+    return this.op("produce", invoke, async () => {
+      const r = await producer.produce(topic, payload, key);
+      if (!isNatural(r.partition) || !isNatural(r.offset)) return { type: "info", value: { status: 202, error: "202 without partition and offset" }, status: 202 };
+      // The invoke said which sequence it carried: an SDK that numbered it otherwise makes it unknown.
+      if (r.sequence !== null && r.sequence !== sequence) return { type: "info", value: { status: 202, error: `the SDK sent sequence ${r.sequence}, not ${sequence}` }, status: 202 };
+      const owner = r.owner !== null && r.ownerBoot !== null ? { node: r.owner, boot: r.ownerBoot } : {};
+      return { type: "ok", value: { partition: r.partition, offset: r.offset, status: 202, ...(r.duplicate ? { duplicate: true } : {}), ...owner }, status: 202 };
     });
   }
 
@@ -232,6 +266,9 @@ export class Lane {
     const value: Record<string, unknown> = { topic, msg, partition, offset, delivery: handle, node, boot };
     const counted = isNatural(m.deliveryCount);
     if (counted) value["delivery_count"] = m.deliveryCount;
+    // On a dead-letter topic: where it came from (next wave).
+    const origin = originOf(m);
+    if (origin !== null) value["origin"] = origin;
     return { type: "ok", value, status: 200, delivery: { msg, partition, offset, handle, deliveryCount: counted ? m.deliveryCount : 0 } };
   }
 
@@ -240,6 +277,7 @@ export class Lane {
       const c = this.client();
       if (action === "ack") await c.ack(topic, d.handle);
       else if (action === "extend") await c.extend(topic, d.handle);
+      else if (action === "dead-letter") await deadLetterAck(c, topic, d.handle);
       else await c.nack(topic, d.handle);
       return { type: "ok", value: { status: 204 }, status: 204 };
     });

@@ -18,7 +18,7 @@
 
 import type { InjectedFaultKind } from "../nemesis/index.js";
 
-export type OpF = "produce" | "consume" | "ack" | "extend" | "nack" | "replay";
+export type OpF = "produce" | "consume" | "ack" | "extend" | "nack" | "replay" | "dead-letter";
 
 /**
  * The history process of the acks a lane sends riding on its consumes (`consume?ack=H`): the ack
@@ -73,6 +73,9 @@ export interface TopicSpec {
   /** Copies of each partition (a cluster only); default 1. */
   replicationFactor?: number;
   acks?: "leader" | "quorum";
+  /** Next wave (dead letters): deliveries before the move (null: unlimited) and the topic moved to. */
+  maxDeliveries?: number | null;
+  deadLetterTopic?: string;
 }
 
 export interface ProducerSpec {
@@ -88,6 +91,8 @@ export interface ProducerSpec {
   /** Share of produces that carry a key (one of `keys` keys). */
   keyedShare: number;
   keys: number;
+  /** Produce through an idempotent producer of the SDK (next wave), which re-sends ambiguous answers itself. */
+  idempotent?: boolean;
 }
 
 export interface ConsumerSpec {
@@ -97,6 +102,18 @@ export interface ConsumerSpec {
   mix: ConsumerMix;
   /** Long-poll wait of each consume, ms. */
   waitMs: number;
+  /** Next wave, on a topic with a dead-letter topic: which messages fail on purpose (roles.ts). */
+  deadLetters?: PoisonSpec;
+}
+
+/**
+ * Messages that fail on purpose, chosen by their id (so every consumer treats one message alike):
+ * a share is nacked at every delivery until the broker dead-letters it, a share is acked with
+ * dead_letter=true at its first delivery.
+ */
+export interface PoisonSpec {
+  nackShare: number;
+  deadLetterShare: number;
 }
 
 /** Deterministic lease scenarios on a private one-partition topic (see roles.ts). */
@@ -140,6 +157,8 @@ export interface WorkerSpec {
   seed: number;
   /** Deadline of one request beyond its long-poll wait, ms. */
   requestTimeoutMs: number;
+  /** The SDK's transport for produce (default "http"). */
+  transport?: "http" | "stream";
   role: RoleSpec;
 }
 

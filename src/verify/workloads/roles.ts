@@ -19,10 +19,15 @@
 //              answer 410, since a later delivery replaced it (a 204 is a `double-lease`);
 //     extend   consume, extend at 60% of the timeout, consume at 120%: nothing may come.
 // - Message ids are `m-<process>-<seq>`: unique within a run because process names are.
+// - Next wave (issue 14): an idempotent producer lane produces through the SDK's idempotent
+//   producer, which re-sends every ambiguous answer itself; on a topic with a dead-letter topic a
+//   consumer fails some messages on purpose, chosen by a hash of the message id so every consumer
+//   treats a message alike: nacked at every delivery until the broker moves it, or acked with
+//   dead_letter=true at once (poisonFate).
 
 import { Prng } from "../nemesis/index.js";
 import { encodePayload, type Delivery, type Lane } from "./ops.js";
-import type { CompletionType, ConsumerMix, ConsumerSpec, ProberSpec, ProducerSpec, ReplayerSpec, TopicSpec } from "./protocol.js";
+import type { CompletionType, ConsumerMix, ConsumerSpec, PoisonSpec, ProberSpec, ProducerSpec, ReplayerSpec, TopicSpec } from "./protocol.js";
 
 /** Stop flag with sleeps that end early once it is raised. */
 export class Stopper {
@@ -133,6 +138,7 @@ export async function runProducer(lane: Lane, spec: ProducerSpec, prng: Prng, st
   let next = performance.now();
   let failures = 0;
   let seq = 0;
+  if (spec.idempotent === true) await lane.openIdempotent();
   while (!stopper.stopping && seq < quota) {
     const waitMs = next - performance.now();
     if (waitMs > 0) await stopper.sleep(waitMs);
@@ -149,7 +155,9 @@ export async function runProducer(lane: Lane, spec: ProducerSpec, prng: Prng, st
     const keyed = prng.next() < spec.keyedShare;
     const keyIndex = prng.int(Math.max(1, spec.keys));
     const msg = `m-${lane.process}-${seq++}`;
-    const out = await lane.produce(spec.topic, msg, encodePayload(msg, size), keyed ? `k${keyIndex}` : null);
+    const payload = encodePayload(msg, size);
+    const key = keyed ? `k${keyIndex}` : null;
+    const out = spec.idempotent === true ? await lane.produceIdempotent(spec.topic, msg, payload, key) : await lane.produce(spec.topic, msg, payload, key);
     if (out.type === "ok") {
       failures = 0;
     } else {
@@ -177,6 +185,21 @@ export function pickBehaviour(prng: Prng, mix: ConsumerMix): Behaviour {
   return "ack";
 }
 
+/** What a consumer does with message `msg` on a topic with a dead-letter topic: fail it on purpose, or go by the mix. */
+export function poisonFate(msg: string, spec: PoisonSpec): "nack" | "dead-letter" | "mix" {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < msg.length; i++) h = Math.imul(h ^ msg.charCodeAt(i), 0x01000193);
+  // FNV-1a's high bits barely move between ids that differ in their last digits (m-p1-74,
+  // m-p1-75): a finalizer spreads them, or the shares come out skewed.
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  h = (h ^ (h >>> 16)) >>> 0;
+  const x = h / 0x1_0000_0000;
+  if (x < spec.nackShare) return "nack";
+  if (x < spec.nackShare + spec.deadLetterShare) return "dead-letter";
+  return "mix";
+}
+
 /** Deliveries one consumer lane holds (slow acks, extends) at most; at the limit it stops consuming. */
 export const HELD_MAX = 16;
 /** Share of the "ack at once" deliveries whose ack rides on the lane's next consume (consume?ack=H). */
@@ -185,9 +208,16 @@ export const RIDING_ACK_SHARE = 0.5;
 interface Held {
   d: Delivery;
   dueMs: number;
-  /** What to do when due: extend (then hold again and ack) or ack. */
-  next: "extend" | "ack";
+  /** What to do when due: extend (then hold again and ack), ack, or nack (a message failed on purpose). */
+  next: "extend" | "ack" | "nack";
 }
+
+/**
+ * How long a consumer holds a message it fails on purpose before the nack, as a share of the
+ * visibility timeout: long enough that such messages sit between deliveries (their counts
+ * persisted) when a fault strikes, short enough that max_deliveries runs out within a run.
+ */
+export const POISON_HOLD_SHARE = 0.25;
 
 /**
  * Consumes until stopped; each delivery is settled as the mix says. A delivery to be acked slowly
@@ -208,7 +238,7 @@ export async function runConsumer(lane: Lane, spec: ConsumerSpec, prng: Prng, st
         held.push({ d: h.d, dueMs: performance.now() + vt * 0.35, next: "ack" });
         held.sort((a, b) => a.dueMs - b.dueMs);
       } else {
-        await lane.settle(spec.topic, h.d, "ack");
+        await lane.settle(spec.topic, h.d, h.next === "nack" ? "nack" : "ack");
       }
     }
   };
@@ -247,7 +277,17 @@ export async function runConsumer(lane: Lane, spec: ConsumerSpec, prng: Prng, st
     }
     failures = 0;
     const d: Delivery = c.delivery;
-    switch (pickBehaviour(prng, spec.mix)) {
+    const behaviour = pickBehaviour(prng, spec.mix);
+    const fate = spec.deadLetters !== undefined ? poisonFate(d.msg, spec.deadLetters) : "mix";
+    if (fate === "dead-letter") {
+      await lane.settle(spec.topic, d, "dead-letter");
+      continue;
+    }
+    if (fate === "nack") {
+      held.push({ d, dueMs: performance.now() + vt * POISON_HOLD_SHARE, next: "nack" });
+      continue;
+    }
+    switch (behaviour) {
       case "ack":
         // Half of them ride on the next consume (the draw is the jitter holds use; acks hold none).
         if (jitter < RIDING_ACK_SHARE) riding = d;

@@ -32,6 +32,7 @@ import type { NodeProcess } from "../nemesis/index.js";
 import type { Proxy } from "../proxy/index.js";
 import type { AttachChildOptions, GrantAction } from "../../client/index.js";
 import type { Credentials, TopicSpec } from "./protocol.js";
+import { checkDeadLetterTopic, deadLetterCreateError } from "./next-wave.js";
 
 export const SYSTEM_LIMITS = {
   /** For every node to see every topic and grant (cluster: through the control plane). */
@@ -138,16 +139,26 @@ export async function createUsers(s: RunSystem, remoteTopics: string[]): Promise
 /** Creates the topics (as admin, on the first node) and waits until every node serves them to the workers. */
 export async function createTopics(s: RunSystem, topics: TopicSpec[], signal?: AbortSignal): Promise<void> {
   await withClients([s.nodes[0]!.url], s.admin, async ([admin]) => {
-    for (const t of topics) {
-      await must(
-        `creating topic ${t.name}`,
-        admin!.createTopic({
-          name: t.name,
-          partitions: t.partitions,
-          visibilityTimeoutMs: t.visibilityTimeoutMs,
-          ...(t.replicationFactor !== undefined && t.replicationFactor > 1 ? { replicationFactor: t.replicationFactor, ...(t.acks !== undefined ? { acks: t.acks } : {}) } : {}),
-        }),
-      );
+    // A dead-letter topic exists before the topic that names it (next wave).
+    const ordered = [...topics.filter((t) => t.deadLetterTopic === undefined), ...topics.filter((t) => t.deadLetterTopic !== undefined)];
+    for (const t of ordered) {
+      const options = {
+        name: t.name,
+        partitions: t.partitions,
+        visibilityTimeoutMs: t.visibilityTimeoutMs,
+        ...(t.replicationFactor !== undefined && t.replicationFactor > 1 ? { replicationFactor: t.replicationFactor, ...(t.acks !== undefined ? { acks: t.acks } : {}) } : {}),
+        // Fields of the next wave's SDK (next-wave.ts), checked in the answer below.
+        ...(t.deadLetterTopic !== undefined ? { maxDeliveries: t.maxDeliveries ?? null, deadLetterTopic: t.deadLetterTopic } : {}),
+      };
+      if (t.deadLetterTopic === undefined) {
+        await must(`creating topic ${t.name}`, admin!.createTopic(options));
+        continue;
+      }
+      const want = { maxDeliveries: t.maxDeliveries ?? null, deadLetterTopic: t.deadLetterTopic };
+      const created = await admin!.createTopic(options).catch((e: unknown) => {
+        throw deadLetterCreateError(e);
+      });
+      checkDeadLetterTopic(created, want);
     }
   });
   await waitTopicsServed(s, topics.map((t) => t.name), signal);

@@ -143,7 +143,8 @@ export class RunTracker {
       }
       case "ack":
       case "nack":
-      case "extend": {
+      case "extend":
+      case "dead-letter": {
         const delivery = String(op.value["delivery"]);
         const status = value["status"];
         if (status === 410) c.settle410++;

@@ -69,7 +69,7 @@ async function runLane(spec: WorkerSpec, lane: Lane, laneIndex: number): Promise
 async function run(spec: WorkerSpec): Promise<void> {
   const lanes = spec.processes.map(
     (p, i) =>
-      new Lane(p, spec.urls, recorder, { requestTimeoutMs: spec.requestTimeoutMs, firstUrl: spec.worker + i, ...(spec.auth ? { auth: spec.auth } : {}) }),
+      new Lane(p, spec.urls, recorder, { requestTimeoutMs: spec.requestTimeoutMs, firstUrl: spec.worker + i, ...(spec.auth ? { auth: spec.auth } : {}), ...(spec.transport ? { transport: spec.transport } : {}) }),
   );
   let error: string | undefined;
   try {

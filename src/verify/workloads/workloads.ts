@@ -10,8 +10,14 @@
 import type { ConsumerMix, FaultSchedule } from "./protocol.js";
 import type { CycleSpec } from "./cycle.js";
 
-export type WorkloadName = "e2e" | "e2e-chaos" | "chaos" | "steady" | "power-loss" | "pause" | "partition" | "children" | "failover";
-export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "e2e-chaos", "chaos", "steady", "power-loss", "pause", "partition", "children", "failover"];
+export type WorkloadName = "e2e" | "e2e-chaos" | "chaos" | "steady" | "power-loss" | "pause" | "partition" | "children" | "failover" | "idempotent" | "dead-letters";
+export const WORKLOAD_NAMES: readonly WorkloadName[] = ["e2e", "e2e-chaos", "chaos", "steady", "power-loss", "pause", "partition", "children", "failover", "idempotent", "dead-letters"];
+
+/**
+ * The next wave's workloads (issue 14), which need a server with idempotent producers or dead
+ * letters: on one without, the run stops at its start with one line saying so (next-wave.ts).
+ */
+export const NEXT_WAVE_WORKLOADS: readonly WorkloadName[] = ["idempotent", "dead-letters"];
 
 /**
  * A child topic attached to the main topic before any produce. fanout, delay and replica children
@@ -27,6 +33,19 @@ export interface ChildProfile {
   delayMs?: number;
   /** Ignored for a replica, which has its parent's. */
   partitions: number;
+}
+
+/** Dead letters on the main topic (next wave): its max_deliveries, its dead-letter topic, the messages failed on purpose. */
+export interface DeadLetterProfile {
+  /** The dead-letter topic's name (its own topic of the run, one partition per main partition). */
+  topic: string;
+  maxDeliveries: number;
+  /** Share of messages every consumer nacks at each delivery (the broker moves them after maxDeliveries). */
+  nackShare: number;
+  /** Share of messages acked with dead_letter=true at their first delivery. */
+  deadLetterShare: number;
+  /** Consumer processes (of `consumerLanes` lanes each) of the dead-letter topic. */
+  consumers: number;
 }
 
 export interface WorkloadProfile {
@@ -80,6 +99,10 @@ export interface WorkloadProfile {
   replicationFactor: number;
   /** A replicated main topic's acks mode; --acks. */
   acks: "leader" | "quorum";
+  /** Producers produce through the SDK's idempotent producer (next wave). */
+  idempotent: boolean;
+  /** The main topic has max_deliveries and a dead-letter topic (next wave); null: none. */
+  deadLetters: DeadLetterProfile | null;
 }
 
 const ACK_ONLY: ConsumerMix = { ack: 1, nack: 0, extend: 0, slow: 0, lapse: 0, late: 0 };
@@ -139,6 +162,8 @@ const BASE = {
   requestTimeoutMs: 5_000,
   replicationFactor: 1,
   acks: "quorum",
+  idempotent: false,
+  deadLetters: null,
 } satisfies Omit<WorkloadProfile, "name" | "summary">;
 
 export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
@@ -244,6 +269,26 @@ export const WORKLOADS: Record<WorkloadName, WorkloadProfile> = {
     // Long enough that a lease handed out just before a fault rarely lapses on its own.
     visibilityTimeoutMs: 3_000,
     faults: { kinds: ["kill", "power-loss", "pause", "isolate", "pause-kill", "lag-kill", "lag-power-loss"], intervalMs: 1_500, intervalJitterMs: 500, holdMs: 1_000, holdJitterMs: 300 },
+  },
+  idempotent: {
+    ...BASE,
+    name: "idempotent",
+    idempotent: true,
+    summary:
+      "producers produce through the SDK's idempotent producer, which re-sends every ambiguous answer with its sequence, while nodes in the power-loss mode are killed or lose power every few seconds: a message stored twice is duplicate-produce",
+    powerLoss: true,
+    // Short, so kills leave many answers ambiguous for the producer to re-send.
+    requestTimeoutMs: 2_000,
+    faults: { kinds: ["kill", "power-loss"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 500, holdJitterMs: 250 },
+  },
+  "dead-letters": {
+    ...BASE,
+    name: "dead-letters",
+    summary:
+      "a topic with max_deliveries 3 and a dead-letter topic; consumers fail a tenth of the messages on purpose (a nack a quarter of a visibility timeout after each delivery) and dead-letter a twentieth at once, while a node is killed or stopped every few seconds: each such message must arrive once on the dead-letter topic, never early, and never again on its own",
+    visibilityTimeoutMs: 2_000,
+    deadLetters: { topic: "t.dlq", maxDeliveries: 3, nackShare: 0.1, deadLetterShare: 0.05, consumers: 1 },
+    faults: { kinds: ["kill", "terminate"], intervalMs: 3_000, intervalJitterMs: 1_000, holdMs: 1_000, holdJitterMs: 500 },
   },
 };
 

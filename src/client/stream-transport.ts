@@ -1,0 +1,305 @@
+// The SDK's streaming transport (`transport: "stream"`): produce() over one long-lived
+// connection upgraded from the node's HTTP port (docs/api.md, "Streaming protocol"; byte layout
+// in src/protocol/stream.ts). Frames are pipelined: calls made in the same tick leave in one
+// socket write, each with its own id, and each resolves or rejects with its own answer frame.
+//
+// Design notes
+// - Credit: the node names the connection's byte credit at the handshake and gives bytes back in
+//   CREDIT frames; a frame is written only while it fits, and the in-flight frame bound the node
+//   named is kept too, so the node never has to refuse a frame for credit. Calls beyond wait here
+//   in order (bounded by what the caller awaits, as HTTP requests queued in undici's pool are).
+// - What each failure means (src/client/errors.ts): an ERROR frame is the error table's row
+//   (definite → NaradRequestError, indefinite → NaradAmbiguousError). A GOAWAY says every frame
+//   the node read was answered before it, so a frame still unanswered was never read: definite,
+//   the GOAWAY's code (shutting_down when the node stops). A connection cut without a GOAWAY
+//   leaves its unanswered frames ambiguous (network_error), like an HTTP request whose answer was
+//   lost. A call not yet written when a connection ends goes on the next one.
+// - The node does not offer the stream (an older node, a proxy that does not pass Upgrade: the
+//   handshake answers an error or no 101): the transport says so once and the SDK goes on over
+//   HTTP. Wrong credentials at the handshake reject the waiting calls with the 401 (definite).
+// - The SDK checks a message before it sends it (topic name, key and payload sizes) so one bad
+//   message never costs a connection.
+
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import { request as httpsRequest } from "node:https";
+import type { Socket } from "node:net";
+import { ERRORS } from "../protocol/errors.js";
+import {
+  decodeError,
+  decodeProduced,
+  encodeProduce,
+  FRAME,
+  FrameReader,
+  frameType,
+  frameId,
+  STREAM_HEADERS,
+  STREAM_PATH,
+  STREAM_PROTOCOL,
+  STREAM_TOPIC_BYTES_MAX,
+  type StreamErrorFields,
+} from "../protocol/stream.js";
+import { LIMITS, TOPIC_NAME_RE } from "../protocol/wire.js";
+import { NaradAmbiguousError, NaradConnectionError, NaradRequestError, errorFromResponse, errorFromTransport, type NaradClientError } from "./errors.js";
+import type { Produced } from "./types.js";
+
+interface Call {
+  frame: Buffer;
+  id: number;
+  sentAtMs: number;
+  resolve: (p: Produced) => void;
+  reject: (e: NaradClientError) => void;
+  fallback: () => Promise<Produced>;
+}
+
+export interface StreamTransportOptions {
+  /** The node's URL (its path prefix kept). */
+  url: URL;
+  authorization: string | undefined;
+  requestTimeoutMs: number;
+  connectTimeoutMs: number;
+}
+
+/** How often the oldest unanswered frame is checked against requestTimeoutMs. */
+const TIMEOUT_CHECK_MS = 250;
+
+function streamError(e: StreamErrorFields): NaradClientError {
+  return e.definite ? new NaradRequestError(e.status, e.code, e.message, true, e.retryAfterS) : new NaradAmbiguousError(e.code, e.message, e.status);
+}
+
+function refused(code: keyof typeof ERRORS, message: string): NaradRequestError {
+  return new NaradRequestError(ERRORS[code].status, code, message, ERRORS[code].definite);
+}
+
+export class StreamTransport {
+  /** null: not known yet; false: the node does not offer the stream (HTTP is used). */
+  #offered: boolean | null = null;
+  #socket: Socket | null = null;
+  #connecting = false;
+  #closed = false;
+  #credit = 0;
+  #framesInFlightMax = 1;
+  #nextId = 1;
+  #queue: Call[] = [];
+  readonly #inFlight = new Map<number, Call>();
+  #writeQueued = false;
+  #reader: FrameReader | null = null;
+  #timer: ReturnType<typeof setInterval> | null = null;
+  #closeWaiters: (() => void)[] = [];
+  /** Set when the connection is ended because an answer is late: its calls fail request_timeout. */
+  #timedOut = false;
+
+  constructor(private readonly o: StreamTransportOptions) {}
+
+  /** Produces one message over the stream, or over `fallback` (HTTP) when the node does not offer it. */
+  produce(topic: string, payload: Uint8Array | string, key: string | null, fallback: () => Promise<Produced>): Promise<Produced> {
+    if (this.#offered === false) return fallback();
+    if (this.#closed) return Promise.reject(new NaradConnectionError("produce: the client is closed; nothing was sent"));
+    if (Buffer.byteLength(topic) > STREAM_TOPIC_BYTES_MAX || !TOPIC_NAME_RE.test(topic)) return Promise.reject(refused("invalid_topic_name", `${JSON.stringify(topic.slice(0, 64))} is not a valid topic name.`));
+    if (key !== null && Buffer.byteLength(key) > LIMITS.keyBytesMax) return Promise.reject(refused("invalid_argument", `key is over ${LIMITS.keyBytesMax} bytes.`));
+    const body = typeof payload === "string" ? Buffer.from(payload) : payload;
+    if (body.length > LIMITS.messageBytesMax) return Promise.reject(refused("payload_too_large", ERRORS.payload_too_large.message));
+    const id = this.#nextId;
+    this.#nextId = this.#nextId >= 0xffffffff ? 1 : this.#nextId + 1;
+    return new Promise<Produced>((resolve, reject) => {
+      this.#queue.push({ frame: encodeProduce(id, topic, key, body), id, sentAtMs: 0, resolve, reject, fallback });
+      this.#kick();
+    });
+  }
+
+  /** Waits for every call to be answered, then closes the connection. */
+  close(): Promise<void> {
+    this.#closed = true;
+    if (this.#queue.length === 0 && this.#inFlight.size === 0) {
+      this.#socket?.end();
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => this.#closeWaiters.push(resolve));
+  }
+
+  /** Closes at once: unanswered calls fail ambiguous, unsent ones definite. */
+  destroy(): void {
+    this.#closed = true;
+    this.#socket?.destroy();
+    for (const c of this.#queue.splice(0)) c.reject(new NaradConnectionError("produce: the client was destroyed; nothing was sent"));
+  }
+
+  #kick(): void {
+    if (this.#socket === null) {
+      if (!this.#connecting) this.#connect();
+      return;
+    }
+    if (!this.#writeQueued) {
+      this.#writeQueued = true;
+      process.nextTick(() => this.#write());
+    }
+  }
+
+  /** Writes every queued frame that fits the credit and the in-flight bound, in one socket write. */
+  #write(): void {
+    this.#writeQueued = false;
+    const s = this.#socket;
+    if (s === null) return;
+    const out: Buffer[] = [];
+    const now = performance.now();
+    while (this.#queue.length > 0 && this.#inFlight.size < this.#framesInFlightMax) {
+      const c = this.#queue[0]!;
+      if (c.frame.length > this.#credit) break;
+      this.#queue.shift();
+      this.#credit -= c.frame.length;
+      c.sentAtMs = now;
+      this.#inFlight.set(c.id, c);
+      out.push(c.frame);
+    }
+    if (out.length === 1) s.write(out[0]!);
+    else if (out.length > 1) s.write(Buffer.concat(out));
+    if (this.#inFlight.size > 0 && this.#timer === null) {
+      this.#timer = setInterval(() => this.#checkTimeouts(), TIMEOUT_CHECK_MS);
+      this.#timer.unref();
+    }
+  }
+
+  #checkTimeouts(): void {
+    const now = performance.now();
+    for (const c of this.#inFlight.values()) {
+      // Answers come in order of commits, not of ids; the first late one ends the connection
+      // (every unanswered frame on it is then ambiguous), so waiting calls are not held longer.
+      if (now - c.sentAtMs > this.o.requestTimeoutMs) {
+        this.#timedOut = true;
+        this.#socket?.destroy();
+        return;
+      }
+    }
+  }
+
+  #connect(): void {
+    this.#connecting = true;
+    const u = this.o.url;
+    const headers: Record<string, string> = { connection: "Upgrade", upgrade: STREAM_PROTOCOL };
+    if (this.o.authorization !== undefined) headers.authorization = this.o.authorization;
+    const tls = u.protocol === "https:";
+    const req = (tls ? httpsRequest : httpRequest)({
+      host: u.hostname.replace(/^\[|\]$/g, ""),
+      port: u.port === "" ? (tls ? 443 : 80) : Number(u.port),
+      path: u.pathname.replace(/\/+$/, "") + STREAM_PATH,
+      method: "GET",
+      headers,
+      agent: false,
+      timeout: this.o.connectTimeoutMs,
+    });
+    let settled = false;
+    const fail = (e: NaradClientError): void => {
+      if (settled) return;
+      settled = true;
+      this.#connecting = false;
+      for (const c of this.#queue.splice(0)) c.reject(e);
+      this.#notifyClosed();
+    };
+    req.on("timeout", () => req.destroy(Object.assign(new Error("connect timeout"), { code: "UND_ERR_CONNECT_TIMEOUT" })));
+    req.on("error", (e) => fail(errorFromTransport(e, "produce (stream handshake)", false) instanceof NaradConnectionError ? new NaradConnectionError(`produce: cannot open the stream (${e.message}); nothing was sent`, e) : new NaradConnectionError(`produce: the stream handshake failed (${e.message}); nothing was sent`, e)));
+    req.on("response", (res: IncomingMessage) => {
+      // No 101: a node that does not offer the stream answers 400/404 (or a proxy answers for
+      // it); credentials refused answer 401/403/429, which stand.
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => {
+        const err = errorFromResponse(res.statusCode ?? 0, Buffer.concat(chunks).toString("utf8"), res.headers["retry-after"]);
+        const status = res.statusCode ?? 0;
+        if (status === 400 || status === 404 || status === 405 || status === 426 || status === 501) {
+          settled = true;
+          this.#connecting = false;
+          this.#offered = false;
+          for (const c of this.#queue.splice(0)) c.fallback().then(c.resolve, c.reject);
+          return;
+        }
+        fail(err);
+      });
+      res.on("error", () => fail(new NaradConnectionError("produce: the stream handshake's answer broke off; nothing was sent")));
+    });
+    req.on("upgrade", (res: IncomingMessage, socket: Socket, head: Buffer) => {
+      settled = true;
+      this.#connecting = false;
+      this.#offered = true;
+      this.#credit = Number(res.headers[STREAM_HEADERS.credit] ?? 0);
+      this.#framesInFlightMax = Math.max(1, Number(res.headers[STREAM_HEADERS.framesInFlightMax] ?? 1));
+      const frameMax = Number(res.headers[STREAM_HEADERS.frameBytesMax] ?? 0) || 2 * LIMITS.messageBytesMax;
+      this.#reader = new FrameReader(Math.max(frameMax, 64 * 1024));
+      this.#socket = socket;
+      socket.setNoDelay(true);
+      socket.setTimeout(0);
+      let goaway: NaradClientError | null = null;
+      const onData = (chunk: Buffer): void => {
+        this.#reader!.push(chunk);
+        for (;;) {
+          let f: Buffer | null;
+          try {
+            f = this.#reader!.next();
+          } catch {
+            socket.destroy(new Error("the node sent a frame this client cannot read"));
+            return;
+          }
+          if (f === null) break;
+          const t = frameType(f);
+          if (t === FRAME.produced) {
+            const p = decodeProduced(f);
+            const c = this.#inFlight.get(p.id);
+            if (c === undefined) continue;
+            this.#inFlight.delete(p.id);
+            c.resolve({ partition: p.partition, offset: p.offset, owner: p.owner ?? nodeId, ownerBoot: p.ownerBoot ?? bootId });
+          } else if (t === FRAME.error) {
+            const id = frameId(f);
+            const c = this.#inFlight.get(id);
+            if (c === undefined) continue;
+            this.#inFlight.delete(id);
+            c.reject(streamError(decodeError(f)));
+          } else if (t === FRAME.credit) {
+            this.#credit += f.readUInt32BE(12);
+          } else if (t === FRAME.goaway) {
+            const e = decodeError(f);
+            goaway = new NaradRequestError(e.status, e.code, `${e.message} (the node closed the stream; this message was not read: nothing was stored)`, true, e.retryAfterS);
+            socket.end(); // the node reads nothing more; it closes once we did
+          }
+        }
+        if (this.#queue.length > 0) this.#kick();
+        else this.#maybeClosed();
+      };
+      socket.on("data", onData);
+      socket.on("error", () => undefined);
+      socket.on("close", () => {
+        this.#socket = null;
+        this.#reader = null;
+        if (this.#timer !== null) clearInterval(this.#timer);
+        this.#timer = null;
+        const lost = this.#timedOut
+          ? new NaradAmbiguousError("request_timeout", `produce: no answer on the stream within ${this.o.requestTimeoutMs} ms; the message may or may not be stored`)
+          : new NaradAmbiguousError("network_error", "produce: the stream connection closed before the answer came; the message may or may not be stored");
+        this.#timedOut = false;
+        for (const c of this.#inFlight.values()) c.reject(goaway ?? lost);
+        this.#inFlight.clear();
+        if (this.#queue.length > 0 && !this.#closed) this.#connect();
+        else this.#notifyClosed();
+      });
+      const nodeId = header(res, "narad-node");
+      const bootId = header(res, "narad-boot");
+      if (head.length > 0) onData(head);
+      this.#kick();
+    });
+    req.end();
+  }
+
+  #maybeClosed(): void {
+    if (this.#closed && this.#queue.length === 0 && this.#inFlight.size === 0) {
+      this.#socket?.end();
+      this.#notifyClosed();
+    }
+  }
+
+  #notifyClosed(): void {
+    if (!this.#closed || this.#queue.length > 0 || this.#inFlight.size > 0) return;
+    for (const w of this.#closeWaiters.splice(0)) w();
+  }
+}
+
+function header(res: IncomingMessage, name: string): string | null {
+  const v = res.headers[name];
+  return typeof v === "string" ? v : null;
+}
