@@ -105,6 +105,11 @@ describe("issue 16 item 13: per-message delay and headers", () => {
         assert.equal(e.status, 400);
         assert.equal(e.definite, true);
       }
+      // An idempotent produce does not carry them yet: refused, not dropped.
+      const id = await c.createProducerId();
+      const idem = await refusal(c.produce("limits13", "x", { producerId: id, sequence: 0, headers: { a: "b" } }));
+      assert.equal(idem.code, "not_implemented");
+      assert.equal(idem.definite, true);
       const raw = await fetch(`${suite.node.url}/v1/topics/limits13/messages`, { method: "POST", body: "x", headers: { "narad-headers": "[1,2]" } });
       assert.equal(raw.status, 400);
       assert.equal(((await raw.json()) as { error: { code: string } }).error.code, "invalid_headers");

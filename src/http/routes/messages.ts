@@ -39,7 +39,9 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     if (idem.sequence + items.length - 1 > Number.MAX_SAFE_INTEGER) {
       throw new NaradError("invalid_argument", "The batch's last sequence (Narad-Sequence + messages - 1) would pass 2^53 - 1.");
     }
-    return items.map((it, i) => ({ key: it.key, payload: it.payload, producer: { id: idem.id, sequence: idem.sequence + i } }));
+    // The rest of each item (headers, a delay) goes along, so the broker refuses what this path
+    // cannot carry yet instead of it being dropped here.
+    return items.map((it, i) => ({ ...it, producer: { id: idem.id, sequence: idem.sequence + i } }));
   };
   const resultJson = (r: Produced) => (r.duplicate === true ? { partition: r.partition, offset: r.offset, duplicate: true } : { partition: r.partition, offset: r.offset });
 
