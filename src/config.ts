@@ -15,6 +15,8 @@ export interface Setting {
   min?: number;
   max?: number;
   default?: string | number | boolean;
+  /** A string setting's allowed values (anything else is one line at the start, not a stack trace later). */
+  choices?: readonly string[];
   help: string;
 }
 
@@ -28,7 +30,7 @@ export const SETTINGS: Setting[] = [
   { key: "new_identity", kind: "bool", flag: "--new-identity", default: false, help: "start although node.json is missing from a data dir that holds topics: a new node.json (a new id unless --node-id, a new handle secret)" },
   { key: "control_plane", kind: "string", flag: "--control-plane", help: "postgres:// URL of the cluster control plane" },
   { key: "advertise", kind: "string", flag: "--advertise", help: "URL other nodes use to reach this one (default: http://HOST:PORT of --listen, the port once bound)" },
-  { key: "log_level", kind: "string", default: "info", help: "pino log level: fatal, error, warn, info, debug, trace" },
+  { key: "log_level", kind: "string", default: "info", choices: ["fatal", "error", "warn", "info", "debug", "trace", "silent"], help: "pino log level: fatal, error, warn, info, debug, trace, silent" },
   { key: "cluster.heartbeat_interval_ms", kind: "int", min: 50, max: 60_000, default: 1000, help: "cluster: heartbeat to the control plane this often" },
   { key: "cluster.node_lease_ms", kind: "int", min: 200, max: 600_000, default: 5000, help: "cluster: each heartbeat keeps the node live this long (database clock)" },
   { key: "cluster.lease_safety_margin_ms", kind: "int", min: 10, max: 60_000, default: 500, help: "cluster: the node stops acknowledging this long before others may see it down" },
@@ -102,6 +104,7 @@ function coerce(s: Setting, raw: unknown, where: string): string | number | bool
     }
     case "string":
       if (typeof raw !== "string" || raw === "") throw new ConfigError(`${where}: ${s.key} must be a non-empty string`);
+      if (s.choices !== undefined && !s.choices.includes(raw)) throw new ConfigError(`${where}: ${s.key} must be one of ${s.choices.join(", ")}, not ${JSON.stringify(raw)}`);
       return raw;
   }
 }

@@ -8,7 +8,8 @@
 // ready. A graceful stop goes the other way: HTTP drained, broker closed (everything synced),
 // control plane closed last, which releases the lease so the other nodes route around at once.
 
-import { mkdir, access, constants } from "node:fs/promises";
+import { mkdir, access, constants, rm } from "node:fs/promises";
+import { devLogDestination } from "./platform/dev-log.js";
 import type { Server } from "node:http";
 import { resolve } from "node:path";
 import { pino, type Logger } from "pino";
@@ -28,7 +29,7 @@ import { Replication } from "./cluster/replication/replication.js";
 import { replicationFaults } from "./cluster/replication/faults.js";
 import { Ownership } from "./cluster/ownership.js";
 import { Peers } from "./cluster/peers.js";
-import { ClusterService } from "./cluster/service.js";
+import { ClusterService, cpCall } from "./cluster/service.js";
 import { ClusterProducerIds } from "./cluster/producers.js";
 import { ProducerFile, ProducerIds } from "./broker/producer-ids.js";
 import { internalRoutes } from "./cluster/internal-routes.js";
@@ -56,6 +57,18 @@ export interface RunningServer {
 
 
 export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
+  // A refused start leaves no data directory it made itself behind (a first secure start without
+  // NARAD_ADMIN_PASSWORD left ./narad-data/): nothing in it ever served.
+  const made: { dir?: string } = {};
+  try {
+    return await startServerIn(cfg, env, made);
+  } catch (e) {
+    if (made.dir !== undefined) await rm(made.dir, { recursive: true, force: true }).catch(() => undefined);
+    throw e;
+  }
+}
+
+async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { dir?: string }): Promise<RunningServer> {
   const dev = cfg.dev === true;
   const controlPlaneUrl = cfg.control_plane as string | undefined;
   if (controlPlaneUrl !== undefined && !/^postgres(ql)?:\/\//.test(controlPlaneUrl)) {
@@ -87,7 +100,8 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
 
   const dataDir = resolve((cfg.data_dir as string | undefined) ?? (dev ? ".narad" : "narad-data"));
   try {
-    await mkdir(dataDir, { recursive: true });
+    // mkdir names the first directory it made: this start's own, removed if the start fails.
+    made.dir = await mkdir(dataDir, { recursive: true });
     await access(dataDir, constants.W_OK | constants.R_OK);
   } catch (e) {
     throw new StartupError(`data directory ${dataDir} is not usable: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
@@ -102,7 +116,9 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
     throw new StartupError(`data directory ${dataDir} cannot be locked: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
 
-  const logger = pino({ level: String(cfg.log_level), base: undefined }, pino.destination({ fd: 2, sync: false }));
+  // --dev on a terminal: lines for people (src/platform/dev-log.ts); JSON everywhere else.
+  const logDestination = dev && process.stderr.isTTY ? devLogDestination(process.stderr) : pino.destination({ fd: 2, sync: false });
+  const logger = pino({ level: String(cfg.log_level), base: undefined }, logDestination);
   let identity;
   try {
     identity = await loadIdentity(dataDir, nodeIdWanted, cfg.new_identity === true);
@@ -347,7 +363,7 @@ export async function startServer(cfg: ConfigValues, env: NodeJS.ProcessEnv = pr
       producers: new ProducerIds(new ClusterProducerIds(cp, idleExpiryMs, idsMax), systemClock, idleExpiryMs),
       authenticator: dev ? undefined : new Authenticator(users, systemClock),
       // The cluster as the HTTP layer sees it (src/http/cluster.ts): http imports no cluster code.
-      cluster: { view: cp, moves: mover, internal: internalRoutes({ token, service, mover, replication }) },
+      cluster: { view: cp, moves: mover, removeNode: (id) => cpCall(() => cp.removeNode(id)), internal: internalRoutes({ token, service, mover, replication }) },
       server: bare,
       notReady: notReady(broker),
     });

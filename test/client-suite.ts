@@ -510,7 +510,7 @@ export function defineSdkSuite(name: string, deploy: Deploy, transport?: "http" 
             if (m.deliveryCount === 1) throw new Error("first try fails");
             ac.abort();
           },
-          { waitMs: 5_000, signal: ac.signal, onError: (err, m) => void reported.push([(err as Error).message, m.deliveryCount]) },
+          { waitMs: 5_000, signal: ac.signal, onError: (err, m) => void reported.push([(err as Error).message, m?.deliveryCount ?? 0]) },
         );
         // The nack made it available at once (the visibility timeout is a minute).
         assert.deepEqual(deliveries, [1, 2]);

@@ -60,6 +60,8 @@ describe("verify workloads", { timeout: 240_000 }, () => {
     assert.equal(r.code, 0, `seed ${SEED}:\n${r.stdout}\n${r.stderr}`);
     assert.match(r.stdout, /^result: +valid, exit 0$/m);
     assert.match(r.stdout, new RegExp(`^seed: +${SEED}\\b`, "m"));
+    // Progress lines give the last interval's rate and the run's average (issue 16 item 8).
+    assert.match(r.stdout + r.stderr, /ops\/s now, \d+ avg/);
     assert.ok(r.stdout.includes(join(out, "history.jsonl")), r.stdout);
     assert.ok(r.stdout.includes(join(out, "report.json")), r.stdout);
     const report = JSON.parse(await readFile(join(out, "report.json"), "utf8")) as { verdict: string };

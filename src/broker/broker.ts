@@ -48,11 +48,13 @@
 import { randomInt } from "node:crypto";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { PartitionStatsJson, TopicStatsJson } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, type ChildJson, type CreateTopicRequest, type OriginJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
 import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
+import { decodeAttrs, encodeAttrs } from "../storage/attrs.js";
 import type { StorageFs } from "../storage/index.js";
 import { ChildLinks } from "./child-links.js";
 import { NO_REMOTE_SINK, type ChildLink, type RemoteSink } from "./children.js";
@@ -193,6 +195,8 @@ export interface Delivery {
   ownerBoot?: string;
   /** A dead letter's source (its record's origin attribute). */
   origin?: OriginJson;
+  /** The message's headers, when it has any. */
+  headers?: readonly (readonly [string, string])[];
 }
 
 export interface ProduceItem {
@@ -202,6 +206,35 @@ export interface ProduceItem {
   producer?: ProducerRef;
   /** Record attributes (src/storage/attrs.ts): only the broker's own appends (a dead letter's origin) set them. */
   attrs?: Buffer;
+  /** The message's headers (src/storage/attrs.ts tag 3), stored with the record. */
+  headers?: readonly (readonly [string, string])[];
+  /** Not delivered before this long after it is stored (tag 4, notBefore: the owner's clock). */
+  delayMs?: number;
+}
+
+/** Produce items as records, with their attribute block when they have headers or a delay. */
+function toAppendInputs(items: readonly ProduceItem[], nowMs: number): { key: Buffer | null; payload: Buffer; attrs?: Buffer }[] {
+  return items.map((it) => {
+    const key = it.key === null ? null : Buffer.from(it.key, "utf8");
+    // The broker's own appends (a dead letter's origin) bring their block whole.
+    if (it.attrs !== undefined) return { key, payload: it.payload, attrs: it.attrs };
+    if (it.headers === undefined && it.delayMs === undefined) return { key, payload: it.payload };
+    const attrs = encodeAttrs({
+      ...(it.headers !== undefined ? { headers: it.headers } : {}),
+      ...(it.delayMs !== undefined ? { notBeforeMs: nowMs + it.delayMs } : {}),
+    });
+    return attrs === null ? { key, payload: it.payload } : { key, payload: it.payload, attrs };
+  });
+}
+
+/** tryConsume: takes again after holding back delayed messages, at most this many times a call. */
+const DEFER_ROUNDS_MAX = 16;
+
+/** A record's headers and not-before time, from its attribute block (none when it has no block, or a damaged one). */
+export function recordAttrs(r: StoredRecord): { headers?: readonly (readonly [string, string])[]; notBeforeMs?: number } {
+  if (r.attrs === undefined) return {};
+  const a = decodeAttrs(r.attrs);
+  return typeof a === "string" ? {} : a;
 }
 
 /** dead_letter: ack ?dead_letter=true, the leased message is moved to the dead-letter topic now. */
@@ -247,7 +280,7 @@ export class Broker {
     this.scheduler = opts.scheduler ?? systemScheduler;
     this.faults = opts.faults ?? NO_FAULTS;
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
-    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges() });
+    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges(), oldestUnackedAges: () => this.oldestUnackedAges() });
     this.dedupe = new DedupeWindows({ clock: opts.clock, scheduler: this.scheduler, logger: this.log, limits: opts.dedupe ?? DEDUPE_DEFAULTS, rebuildFromLog: this.faults.rebuildsDedupeWindow() });
     this.dedupe.registerMetrics(this.metrics.registry);
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
@@ -368,6 +401,36 @@ export class Broker {
   private hasTopic(name: string): boolean {
     const t = this.topics.get(name);
     return t !== undefined && !t.deleted;
+  }
+
+  /** Backlog, in-flight leases and the oldest unacked age of the topic's open partitions (issue 16 item 12). */
+  async topicStats(name: string): Promise<TopicStatsJson> {
+    const t = this.topic(name);
+    const mono = this.opts.clock.monoMs();
+    const now = this.opts.clock.nowMs();
+    const partitions: PartitionStatsJson[] = [];
+    for (const p of t.open()) {
+      p.expire(mono); // leases past their deadline are not in flight
+      const oldest = await p.oldestUnacked().catch(() => null);
+      partitions.push({ partition: p.index, backlog: p.backlog, in_flight: p.inFlight, oldest_unacked_age_ms: oldest === null ? 0 : Math.max(0, now - oldest.producedAtMs) });
+    }
+    return {
+      backlog: partitions.reduce((s, p) => s + p.backlog, 0),
+      in_flight: partitions.reduce((s, p) => s + p.in_flight, 0),
+      oldest_unacked_age_ms: partitions.reduce((m, p) => Math.max(m, p.oldest_unacked_age_ms), 0),
+      partitions,
+    };
+  }
+
+  /** Settles every durable message of the topic's open partitions; resolves once the ack logs synced it. */
+  async purgeTopic(name: string): Promise<number> {
+    this.assertOpen();
+    const t = this.topic(name);
+    let purged = 0;
+    for (const p of t.open()) purged += p.purge();
+    await Promise.all(t.open().map((p) => p.acks.flushAndSync()));
+    this.log.info({ topic: name, purged }, "topic purged");
+    return purged;
   }
 
   /** 404 topic_not_found unless the topic exists (the check before a produce reads its body). */
@@ -542,7 +605,7 @@ export class Broker {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
     const groups = new Map([[partition, items.map((_, i) => i)]]);
-    const results = items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, groups) : await this.appendGroups(t, toAppend(items), groups);
+    const results = items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, groups) : await this.appendGroups(t, toAppendInputs(items, this.opts.clock.nowMs()), groups);
     if (!this.owns(t, p)) {
       throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
     }
@@ -560,7 +623,9 @@ export class Broker {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
     const results =
-      items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, idempotentGroups(items, t.partitions.length)) : await this.appendTo(t, toAppend(items));
+      items[0]?.producer !== undefined
+        ? await this.appendIdempotent(t, items, idempotentGroups(items, t.partitions.length))
+        : await this.appendTo(t, toAppendInputs(items, this.opts.clock.nowMs()));
     if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
     this.metrics.produced.inc({ topic: topicName }, items.length);
     return results;
@@ -586,6 +651,11 @@ export class Broker {
    * windows, the rest appended with their producer attribute. Never routed elsewhere.
    */
   private appendIdempotent(t: Topic, items: ProduceItem[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
+    // The dedupe window writes each record's producer attribute itself: headers and a delay are
+    // not carried on this path yet (refused rather than dropped).
+    if (items.some((it) => it.headers !== undefined || it.delayMs !== undefined)) {
+      return Promise.reject(new NaradError("not_implemented", "Headers and a delay do not go with an idempotent produce yet; nothing was stored."));
+    }
     const its: IdempotentItem[] = items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload, producer: it.producer! }));
     return this.dedupe.produce(t.meta.name, t.partitions, its, groups, (sub, g, onAssigned) => this.appendGroups(t, sub, g, onAssigned));
   }
@@ -697,9 +767,29 @@ export class Broker {
     w.resolve(d);
   }
 
+  /** When a held-back delayed message of each topic is next due (a timer is set for it then). */
+  private readonly dueWakes = new WeakMap<Topic, { atMono: number; timer: Timer }>();
+
+  /** Wakes the topic's long polls when its next delayed message comes due, in `inMs`. */
+  private wakeWhenDue(t: Topic, inMs: number): void {
+    const at = this.opts.clock.monoMs() + Math.max(0, inMs);
+    const w = this.dueWakes.get(t);
+    if (w !== undefined && w.atMono <= at) return; // one set for earlier already
+    w?.timer.cancel();
+    const timer = this.scheduler.after(Math.max(1, inMs), () => {
+      this.dueWakes.delete(t);
+      if (!t.deleted) this.wake(t);
+    });
+    this.dueWakes.set(t, { atMono: at, timer });
+  }
+
   /** Serves waiting long polls in arrival order while messages are available. */
   private wake(t: Topic): void {
     if (t.waiters.length === 0) return;
+    const wall = this.opts.clock.nowMs();
+    let nextDue = Infinity;
+    for (const p of t.open()) nextDue = Math.min(nextDue, p.releaseDue(wall));
+    if (nextDue !== Infinity) this.wakeWhenDue(t, nextDue - wall);
     if (t.serving) {
       t.serveAgain = true;
       return;
@@ -742,8 +832,28 @@ export class Broker {
     if (d.length > 0) this.wake(t);
   }
 
+  /** Delayed messages held back by this broker so far (tryConsume takes again after any). */
+  private deferrals = 0;
+
+  /**
+   * Leases up to `max`: a take that met delayed messages not yet due held them back, so it takes
+   * again (up to DEFER_ROUNDS_MAX times) for what lies behind them, rather than answer empty.
+   */
   private async tryConsume(t: Topic, max: number): Promise<Delivery[]> {
+    let out: Delivery[] = [];
+    for (let round = 0; round < DEFER_ROUNDS_MAX && out.length < max; round++) {
+      const before = this.deferrals;
+      const d = await this.tryConsumeOnce(t, max - out.length);
+      out = out.length === 0 ? d : out.concat(d);
+      if (this.deferrals === before) break;
+    }
+    return out;
+  }
+
+  private async tryConsumeOnce(t: Topic, max: number): Promise<Delivery[]> {
     const now = this.opts.clock.monoMs();
+    const wall = this.opts.clock.nowMs();
+    let nextDue = Infinity;
     const vt = this.faults.leaseMs(t.meta.visibility_timeout_ms);
     const n = t.partitions.length;
     if (n === 0) return [];
@@ -756,6 +866,7 @@ export class Broker {
       if (p === undefined || !this.owns(t, p)) continue;
       this.deadLetters.prepare(t, p);
       p.expire(now);
+      nextDue = Math.min(nextDue, p.releaseDue(wall));
       const taken = p.take(max - got, now, vt);
       if (taken.length > 0) {
         takenBy.push({ p, taken });
@@ -786,6 +897,12 @@ export class Broker {
           p.acks.ack(x.offset);
         } else if (out.length + keep.length > 0 && budget - r.payload.length < 0) {
           p.release(x.offset, x.tag, false); // over this answer's byte budget: next time
+        } else if (r.attrs !== undefined && (recordAttrs(r).notBeforeMs ?? 0) > wall) {
+          // A delayed message read before its time: held back until due (a restart reads it again).
+          const due = recordAttrs(r).notBeforeMs!;
+          p.defer(x.offset, x.tag, due);
+          this.deferrals++;
+          nextDue = Math.min(nextDue, due);
         } else {
           budget -= r.payload.length;
           keep.push(x);
@@ -798,9 +915,11 @@ export class Broker {
       keep.forEach((x, i) => {
         const record = records.get(x.offset)!;
         const origin = record.attrs === undefined ? undefined : originOf(record);
-        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record, ...(origin !== undefined ? { origin } : {}) });
+        const headers = record.attrs === undefined ? undefined : recordAttrs(record).headers;
+        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record, ...(origin !== undefined ? { origin } : {}), ...(headers !== undefined ? { headers } : {}) });
       });
     }
+    if (nextDue !== Infinity) this.wakeWhenDue(t, nextDue - wall);
     const redeliveries = out.filter((d) => d.deliveryCount > 1).length;
     this.metrics.consumed.inc({ topic: t.meta.name }, out.length);
     if (redeliveries > 0) this.metrics.redelivered.inc({ topic: t.meta.name }, redeliveries);
@@ -1006,6 +1125,21 @@ export class Broker {
       }));
   }
 
+  private async oldestUnackedAges(): Promise<{ topic: string; ageSeconds: number }[]> {
+    const now = this.opts.clock.nowMs();
+    const out: { topic: string; ageSeconds: number }[] = [];
+    for (const t of this.topics.values()) {
+      if (t.deleted) continue;
+      let oldest = Infinity;
+      for (const p of t.open()) {
+        const o = await p.oldestUnacked().catch(() => null); // a read that failed is logged where it is served
+        if (o !== null) oldest = Math.min(oldest, o.producedAtMs);
+      }
+      out.push({ topic: t.meta.name, ageSeconds: oldest === Infinity ? 0 : Math.max(0, (now - oldest) / 1000) });
+    }
+    return out;
+  }
+
   private childGauges() {
     const out = new Map<string, { parent: string; child: string; lagMessages: number; lagSeconds: number; heldPartitions: number }>();
     for (const t of this.topics.values()) {
@@ -1056,10 +1190,6 @@ export class Broker {
 const DEDUPE_DEFAULTS: WindowLimits = { windowMs: DEDUPE_WINDOW_MS_DEFAULT, sequencesMax: WINDOW_SEQUENCES_DEFAULT, entriesMax: DEDUPE_ENTRIES_MAX_DEFAULT };
 
 /** Produce items as the log appends them (keys as bytes). */
-function toAppend(items: readonly ProduceItem[]): { key: Buffer | null; payload: Buffer; attrs?: Buffer }[] {
-  return items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload, ...(it.attrs !== undefined ? { attrs: it.attrs } : {}) }));
-}
-
 /** The errno of a storage error (or of its cause), or a short name for one that has none. */
 function errnoOf(e: unknown): string {
   for (let x = e, depth = 0; x instanceof Error && depth < 4; x = x.cause, depth++) {

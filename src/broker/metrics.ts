@@ -6,7 +6,12 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 export interface TopicGaugeSource {
   topicGauges(): { topic: string; backlog: number; inFlight: number; partitions: number }[];
   childGauges(): { parent: string; child: string; lagMessages: number; lagSeconds: number; heldPartitions: number }[];
+  /** Per topic, the age of its oldest unacked message on this node's partitions (0 when none). */
+  oldestUnackedAges(): Promise<{ topic: string; ageSeconds: number }[]>;
 }
+
+/** Latency buckets of the request histograms (seconds). */
+const REQUEST_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
 export class BrokerMetrics {
   readonly registry = new Registry();
@@ -19,6 +24,8 @@ export class BrokerMetrics {
   readonly commitLatency: Histogram;
   readonly waiters: Gauge;
   readonly requests: Counter<"route" | "status">;
+  readonly consumeLatency: Histogram<"kind">;
+  readonly ackLatency: Histogram<"kind">;
   readonly childCopied: Counter<"parent" | "child">;
   readonly forwarded: Counter<"peer" | "result">;
   readonly deadLettered: Counter<"topic">;
@@ -27,13 +34,29 @@ export class BrokerMetrics {
 
   constructor(source: TopicGaugeSource) {
     const r = this.registry;
-    collectDefaultMetrics({ register: r, prefix: "narad_process_" });
+    // prom-client's names start with process_ and nodejs_ already: "narad_" keeps them single
+    // (the prefix "narad_process_" made narad_process_process_cpu_user_seconds_total).
+    collectDefaultMetrics({ register: r, prefix: "narad_" });
     this.produced = new Counter({ name: "narad_produced_messages_total", help: "Messages accepted with a 202", labelNames: ["topic"], registers: [r] });
     this.produceLatency = new Histogram({
       name: "narad_produce_seconds",
-      help: "Produce request latency, receipt of the body to the 202 (single or batch)",
+      help: "Produce latency: the request's arrival to its 202 (kind single or batch)",
       labelNames: ["kind"],
-      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+      buckets: REQUEST_BUCKETS,
+      registers: [r],
+    });
+    this.consumeLatency = new Histogram({
+      name: "narad_consume_seconds",
+      help: "Consume latency: the request's arrival to an answer with messages, a long poll's wait included (kind single or batch)",
+      labelNames: ["kind"],
+      buckets: [...REQUEST_BUCKETS, 5, 20],
+      registers: [r],
+    });
+    this.ackLatency = new Histogram({
+      name: "narad_ack_seconds",
+      help: "Ack, extend and nack latency: the request's arrival to its answer (kind single or batch)",
+      labelNames: ["kind"],
+      buckets: REQUEST_BUCKETS,
       registers: [r],
     });
     this.consumed = new Counter({ name: "narad_delivered_messages_total", help: "Deliveries (leases handed out), first and repeated", labelNames: ["topic"], registers: [r] });
@@ -55,7 +78,18 @@ export class BrokerMetrics {
     this.deadLetterFailures = new Counter({ name: "narad_dead_letter_move_failures_total", help: "Dead-letter moves that failed and wait for a retry, by source topic", labelNames: ["topic"], registers: [r] });
     this.redriven = new Counter({ name: "narad_redriven_messages_total", help: "Messages of a dead-letter topic produced again by a redrive and acked there, by dead-letter topic", labelNames: ["topic"], registers: [r] });
     this.waiters = new Gauge({ name: "narad_long_polls_waiting", help: "Consume requests waiting in a long poll", registers: [r] });
-    this.requests = new Counter({ name: "narad_http_requests_total", help: "HTTP requests by route and status", labelNames: ["route", "status"], registers: [r] });
+    this.requests = new Counter({ name: "narad_http_requests_total", help: "HTTP requests answered, by route (method and path pattern) and status", labelNames: ["route", "status"], registers: [r] });
+    new Gauge({
+      name: "narad_topic_oldest_unacked_age_seconds",
+      help: "Age of the oldest unacked message per topic (0 when every message is acked); in a cluster, of the partitions this node owns",
+      labelNames: ["topic"],
+      registers: [r],
+      async collect() {
+        const ages = await source.oldestUnackedAges();
+        this.reset();
+        for (const a of ages) this.set({ topic: a.topic }, a.ageSeconds);
+      },
+    });
     const perTopic = (name: string, help: string, pick: (t: ReturnType<TopicGaugeSource["topicGauges"]>[number]) => number) =>
       new Gauge({
         name,

@@ -21,6 +21,18 @@ import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
 import { MinHeap } from "../platform/heap.js";
 import { READ_AHEAD_BYTES, READ_AHEAD_RECORDS, readAheadPool, type ReadAheadPool } from "./read-ahead.js";
 
+/**
+ * Delayed messages read before their time and held back, per partition, at most (issue 16 item
+ * 13). At the limit fresh messages wait behind them until the earliest comes due: a bound on
+ * memory, since the delay itself is in the record and survives a restart.
+ */
+export const DEFERRED_PER_PARTITION_MAX = 10_000;
+
+/** oldestUnacked(): acked offsets above the floor skipped, at most. */
+const OLDEST_SCAN_MAX = 1024;
+/** oldestUnacked(): bytes read for the one record (a message is at most 1 MiB). */
+const OLDEST_READ_BYTES = 2 * 1_048_576;
+
 export interface Lease {
   tag: number;
   deadlineMs: number; // monotonic
@@ -40,6 +52,11 @@ export class Partition {
   private cursor: number;
   private readonly leases = new Map<number, Lease>();
   private readonly returned = new Map<number, number>();
+  /**
+   * Delayed messages taken before their time: offset → when they are due (ms since the epoch,
+   * the record's notBefore) and their delivery count so far. Not handed out until due.
+   */
+  private readonly deferred = new Map<number, { dueMs: number; count: number }>();
   /** Records that failed their checksum: never served (reported in the log at read time). */
   private readonly unreadable = new Set<number>();
   /**
@@ -98,6 +115,27 @@ export class Partition {
     const floor = Math.max(this.acks.floor, this.log.earliestOffset);
     return Math.max(0, this.log.syncedOffset - floor - this.acks.ackedAboveFloor);
   }
+
+  /**
+   * The oldest unacked durable message (its offset and produce time), or null when every durable
+   * message is acked: SQS's ApproximateAgeOfOldestMessage, for metrics and GET /v1/topics/{t}.
+   * One record is read when the oldest changed since the last call; acked offsets just above the
+   * floor are skipped, at most OLDEST_SCAN_MAX of them (past that the age is of an acked one, an
+   * overestimate, until the floor catches up).
+   */
+  async oldestUnacked(): Promise<{ offset: number; producedAtMs: number } | null> {
+    const synced = this.log.syncedOffset;
+    let o = Math.max(this.acks.floor, this.log.earliestOffset);
+    for (let i = 0; i < OLDEST_SCAN_MAX && o < synced && this.acks.isAcked(o); i++) o++;
+    if (o >= synced) return null;
+    if (this.oldestMemo?.offset === o) return this.oldestMemo;
+    const [r] = await this.log.read(o, 1, OLDEST_READ_BYTES);
+    if (r === undefined) return null; // gone by retention meanwhile
+    this.oldestMemo = { offset: r.offset, producedAtMs: r.producedAtMs };
+    return this.oldestMemo;
+  }
+
+  private oldestMemo: { offset: number; producedAtMs: number } | undefined;
 
   /** Moves leases whose deadline passed back to `returned`. Returns how many lapsed. */
   expire(nowMs: number): number {
@@ -242,7 +280,7 @@ export class Partition {
       out.push(this.lease(offset, count + 1, deadlineMs));
       this.counts.redelivered++;
     }
-    while (out.length < max) {
+    while (out.length < max && this.deferred.size < DEFERRED_PER_PARTITION_MAX) {
       this.skipSettledFresh();
       if (this.cursor >= this.log.syncedOffset) break;
       const offset = this.cursor++;
@@ -266,6 +304,31 @@ export class Partition {
     this.leases.set(offset, { tag, deadlineMs, deliveryCount });
     this.heap.push(deadlineMs, offset, tag);
     return { offset, tag, deliveryCount };
+  }
+
+  /**
+   * Holds back a message taken before its delay ended (`dueMs`, ms since the epoch): its lease is
+   * undone and it is offered again once releaseDue() sees it due.
+   */
+  defer(offset: number, tag: number, dueMs: number): void {
+    const lease = this.leases.get(offset);
+    if (lease === undefined || lease.tag !== tag) return;
+    this.leases.delete(offset);
+    this.counts.delivered--;
+    this.deferred.set(offset, { dueMs, count: lease.deliveryCount - 1 });
+  }
+
+  /** Makes held-back messages whose time came available; returns when the next one is due (Infinity: none). */
+  releaseDue(wallMs: number): number {
+    if (this.deferred.size === 0) return Infinity;
+    let next = Infinity;
+    for (const [offset, d] of this.deferred) {
+      if (d.dueMs <= wallMs) {
+        this.deferred.delete(offset);
+        this.returned.set(offset, d.count);
+      } else if (d.dueMs < next) next = d.dueMs;
+    }
+    return next;
   }
 
   /** Undoes a lease the caller could not serve. Unreadable records are never offered again. */
@@ -345,12 +408,33 @@ export class Partition {
     return "ok";
   }
 
+  /**
+   * Purge (POST /v1/topics/{t}/purge): every durable message is settled as if acked, leased or
+   * not, by raising the ack floor to the synced offset (one ack-log record; the caller syncs it
+   * before answering). Live leases end: their acks answer 410. Returns how many were unacked.
+   */
+  purge(): number {
+    const upTo = this.log.syncedOffset;
+    const purged = this.backlog;
+    if (upTo > this.acks.floor) this.acks.raiseFloor(upTo);
+    for (const offset of this.leases.keys()) if (offset < upTo) this.leases.delete(offset);
+    for (const offset of this.returned.keys()) if (offset < upTo) this.returned.delete(offset);
+    for (const offset of this.deferred.keys()) if (offset < upTo) this.deferred.delete(offset);
+    for (const offset of this.exhausted.keys()) if (offset < upTo && !this.moving.has(offset)) this.exhausted.delete(offset);
+    this.rebuildHeap();
+    if (this.cursor < upTo) this.cursor = upTo;
+    this.ahead.clear();
+    this.oldestMemo = undefined;
+    return purged;
+  }
+
   /** After retention: forget state below the new earliest offset. */
   afterRetention(): void {
     const earliest = this.log.earliestOffset;
     this.acks.raiseFloor(earliest);
     for (const offset of this.leases.keys()) if (offset < earliest) this.leases.delete(offset);
     for (const offset of this.returned.keys()) if (offset < earliest) this.returned.delete(offset);
+    for (const offset of this.deferred.keys()) if (offset < earliest) this.deferred.delete(offset);
     for (const offset of this.unreadable) if (offset < earliest) this.unreadable.delete(offset);
     for (const offset of this.exhausted.keys()) if (offset < earliest && !this.moving.has(offset)) this.exhausted.delete(offset);
     if (this.cursor < earliest) this.cursor = earliest;

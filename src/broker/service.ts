@@ -6,7 +6,7 @@
 // that kept the handle from being settled (its owner unreachable, no answer from it), which a
 // single ack answers as that error and a batch ack as that error's status.
 
-import type { ChildJson, CreateTopicRequest, UpdateTopicRequest } from "../protocol/wire.js";
+import type { ChildJson, CreateTopicRequest, TopicStatsJson, UpdateTopicRequest } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
 import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "./broker.js";
 import type { ChildLink } from "./children.js";
@@ -61,6 +61,12 @@ export interface Service {
   replay(topic: string, partition: number, offset: number, limit: number, ctx: RequestContext): Promise<ReplayResult | { json: Buffer }>;
   /** Answers waiting long polls now (a graceful stop). */
   releaseWaiters(): void;
+  /**
+   * GET /v1/topics/{t}'s `stats` and POST /v1/topics/{t}/purge. A single node only for now: a
+   * cluster would gather them from every owner (absent there: no stats, purge 501).
+   */
+  topicStats?(name: string): Promise<TopicStatsJson>;
+  purgeTopic?(name: string): Promise<number>;
 }
 
 /** The single node: every partition is here. */
@@ -77,6 +83,14 @@ export class LocalService implements Service {
 
   async getTopic(name: string): Promise<TopicInfo> {
     return this.broker.getTopic(name);
+  }
+
+  topicStats(name: string): Promise<TopicStatsJson> {
+    return this.broker.topicStats(name);
+  }
+
+  purgeTopic(name: string): Promise<number> {
+    return this.broker.purgeTopic(name);
   }
 
   async checkTopic(name: string): Promise<void> {

@@ -124,6 +124,16 @@ function registerTopic(program: Command): void {
       }),
     );
 
+  leaf(topic, "purge <name>", "settle every message of the topic now, leased or not (admin or its owner)")
+    .option("--json", "print {\"purged\": N} as JSON")
+    .action(
+      clientAction(async (c: Narad, o: Opts, name: string) => {
+        const n = await c.purgeTopic(name);
+        if (o.json) json({ purged: n });
+        else out(`purged ${n} messages from ${name}\n`);
+      }),
+    );
+
   deadLetterOptions(topicOptions(leaf(topic, "update <name>", "raise partitions, change the visibility timeout, retention, acks mode or dead letters")))
     .option("--acks <mode>", "a replicated topic's acks mode: leader or quorum")
     .option("--json", "print the topic as JSON")
@@ -183,6 +193,8 @@ function registerProduce(program: Command): void {
   leaf(program, "produce <topic> [message]", "produce one message: the argument, --file, or stdin; prints partition and offset")
     .option("--key <key>", "message key: the same key goes to the same partition")
     .option("--file <path>", "read the message bytes from a file (- is stdin)")
+    .option("--delay-ms <ms>", "not delivered before this many ms after it is stored (0..7 days)", intArg("--delay-ms"))
+    .option("--header <name=value>", "a header stored with the message (repeat for more)", (v: string, prev: string[] = []) => [...prev, v])
     .option("--json", "print {\"partition\", \"offset\"} as JSON")
     .option("--idempotent", "produce idempotently: re-send an ambiguous answer with the same sequence until it is definite (stored once); prints the producer id and sequence")
     .option("--producer-id <id>", "with --idempotent: the producer id to use (default: a new one), e.g. to send again what an earlier run could not confirm")
@@ -192,6 +204,13 @@ function registerProduce(program: Command): void {
         if (message !== undefined && o.file !== undefined) throw new UsageError("give either MESSAGE or --file, not both");
         if ((o.producerId !== undefined || o.sequence !== undefined) && o.idempotent !== true) throw new UsageError("--producer-id and --sequence go with --idempotent");
         if (o.sequence !== undefined && o.producerId === undefined) throw new UsageError("--sequence needs --producer-id");
+        let headers: Record<string, string> | undefined;
+        for (const h of (o.header as string[] | undefined) ?? []) {
+          const eq = h.indexOf("=");
+          if (eq <= 0) throw new UsageError(`--header ${JSON.stringify(h)} is not NAME=VALUE`);
+          (headers ??= {})[h.slice(0, eq)] = h.slice(eq + 1);
+        }
+        if (o.idempotent === true && (headers !== undefined || o.delayMs !== undefined)) throw new UsageError("--header and --delay-ms do not go with --idempotent yet");
         const payload = message !== undefined ? Buffer.from(message, "utf8") : await readPayload(o.file as string | undefined);
         const key = o.key as string | undefined;
         if (o.idempotent === true) {
@@ -202,7 +221,11 @@ function registerProduce(program: Command): void {
           else out(`partition ${r.partition} offset ${r.offset}${r.duplicate ? " (duplicate: stored before)" : ""} producer ${producerId} sequence ${r.sequence}\n`);
           return;
         }
-        const r = await c.produce(topic, payload, { key });
+        const r = await c.produce(topic, payload, {
+          key,
+          ...(headers !== undefined ? { headers } : {}),
+          ...(o.delayMs !== undefined ? { delayMs: o.delayMs as number } : {}),
+        });
         if (o.json) json({ partition: r.partition, offset: r.offset });
         else out(`partition ${r.partition} offset ${r.offset}\n`);
       }),

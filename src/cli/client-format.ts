@@ -34,8 +34,13 @@ export function topicJson(t: Topic): Record<string, unknown> {
     dead_letter_topic: t.deadLetterTopic,
     owner: t.owner,
     children: t.children.map((c) => (c.delayMs === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delay_ms: c.delayMs })),
+    parent: t.parent,
   };
   if (t.createdAt !== undefined) out.created_at = t.createdAt;
+  if (t.stats !== undefined) {
+    const ps = (p: { partition: number; backlog: number; inFlight: number; oldestUnackedAgeMs: number }) => ({ partition: p.partition, backlog: p.backlog, in_flight: p.inFlight, oldest_unacked_age_ms: p.oldestUnackedAgeMs });
+    out.stats = { backlog: t.stats.backlog, in_flight: t.stats.inFlight, oldest_unacked_age_ms: t.stats.oldestUnackedAgeMs, partitions: t.stats.partitions.map(ps) };
+  }
   if (t.placement !== undefined) {
     out.placement = t.placement.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas, in_sync: p.inSync }));
   }
@@ -59,10 +64,16 @@ export function topicDescription(t: Topic): string {
     lines.push(["dead letters", `${t.maxDeliveries === null ? "no delivery limit" : `after ${t.maxDeliveries} deliveries`}, to ${t.deadLetterTopic ?? "-"}`]);
   }
   if (t.createdAt !== undefined) lines.push(["created", new Date(t.createdAt).toISOString()]);
+  if (t.parent !== null) lines.push(["parent", `${t.parent.topic} (${t.parent.kind})`]);
   lines.push([
     "children",
     t.children.length === 0 ? "-" : t.children.map((c) => `${c.topic} (${c.kind}${c.delayMs !== undefined ? `, ${c.delayMs} ms` : ""})`).join(", "),
   ]);
+  if (t.stats !== undefined) {
+    const line = (x: { backlog: number; inFlight: number; oldestUnackedAgeMs: number }) => `${x.backlog} unacked, ${x.inFlight} in flight, oldest ${ageText(x.oldestUnackedAgeMs)}`;
+    lines.push(["backlog", line(t.stats)]);
+    for (const p of t.stats.partitions) lines.push([`  partition ${p.partition}`, line(p)]);
+  }
   if (t.placement !== undefined && t.replicationFactor > 1) {
     // One line a partition: its leader and epoch, its replicas, and which of them are in sync.
     for (const p of t.placement) {
@@ -95,6 +106,7 @@ export function messageJson(m: Message, acked: boolean): string {
     owner: m.owner,
     owner_boot: m.ownerBoot,
     acked,
+    headers: m.headers,
     payload_base64: m.payload.toString("base64"),
   };
   if (m.origin !== null) o.origin = originJson(m.origin);
@@ -109,6 +121,8 @@ export function replayedJson(m: ReplayedMessage): string {
     offset: m.offset,
     key: m.key,
     produced_at: m.producedAt,
+    headers: m.headers,
+    ...(m.notBefore !== undefined ? { not_before: m.notBefore } : {}),
     payload_base64: m.payload.toString("base64"),
   };
   if (m.origin !== null) o.origin = originJson(m.origin);
@@ -124,6 +138,15 @@ function originJson(o: MessageOrigin): Record<string, unknown> {
 
 export function replayedLine(m: ReplayedMessage): string {
   return `${m.offset}\t${m.key === null ? "-" : printable(Buffer.from(m.key))}\t${new Date(m.producedAt).toISOString()}\t${printable(m.payload)}\n`;
+}
+
+/** An age for people: ms, then seconds, then minutes, then hours. */
+function ageText(ms: number): string {
+  if (ms === 0) return "-";
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 120_000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 7_200_000) return `${Math.round(ms / 60_000)} min`;
+  return `${(ms / 3_600_000).toFixed(1)} h`;
 }
 
 function humanMs(ms: number): string {

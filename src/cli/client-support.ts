@@ -112,6 +112,8 @@ export function reportError(err: unknown, extra?: string): void {
     [code, exit, message] = [err.code, EXIT.unreachable, err.message];
   } else if (err instanceof NaradClientError) {
     [code, exit, message] = [err.code, err.definite ? EXIT.failed : EXIT.ambiguous, err.message];
+    // Say how credentials are given: the server's message cannot know it was a command line.
+    if (err.status === 401) message += " Give them with --user and --password, or NARAD_USER and NARAD_PASSWORD.";
   } else {
     // A bug of ours or something unforeseen: say so, and do not claim it did not happen.
     [code, exit, message] = ["internal", EXIT.ambiguous, err instanceof Error ? err.message : String(err)];

@@ -40,16 +40,25 @@ export function registerClusterCommands(program: Command): void {
       }),
     );
 
+  usageExits(withConnection(node.command("remove <node>").description("retire a node that is down and holds no partition (admin): it is no longer listed")))
+    .action(
+      clientAction(async (c: Narad, _o, id: string) => {
+        await c.removeNode(id);
+        process.stdout.write(`removed node ${id}\n`);
+      }),
+    );
+
   const partition = usageExits(program.command("partition").description("partitions of a cluster"));
   usageExits(withConnection(partition.command("move <topic/partition>").description("move a partition to another node: copy its log and acks, then switch the owner (admin)")))
     .requiredOption("--to <node>", "the node to move it to")
     .option("--from <node>", "a replicated partition: the node whose replica moves")
+    .option("--accept-loss", "the owner is down for good: place the partition on --to with nothing copied (what only it held is lost)")
     .option("--json", "print the result as JSON")
     .action(
       clientAction(async (c: Narad, o, spec: string) => {
         const m = /^(.+)\/(\d{1,5})$/.exec(spec);
         if (!m) throw new UsageError(`${JSON.stringify(spec)} is not TOPIC/PARTITION (for example orders/2)`);
-        const r = await c.movePartition(m[1]!, Number(m[2]), o.to as string, o.from === undefined ? {} : { from: o.from as string });
+        const r = await c.movePartition(m[1]!, Number(m[2]), o.to as string, { ...(o.from === undefined ? {} : { from: o.from as string }), ...(o.acceptLoss === true ? { acceptLoss: true } : {}) });
         if (o.json) return void process.stdout.write(JSON.stringify(r) + "\n");
         process.stdout.write(`moved ${m[1]}/${m[2]} from ${r.from} to ${r.to} (epoch ${r.epoch})\n`);
       }),

@@ -6,13 +6,14 @@ import { ConfigError, resolveConfig, SETTINGS } from "../config.js";
 import { registerClientCommands } from "./client-commands.js";
 import { registerVerifyCommands } from "./verify-commands.js";
 import { registerClusterCommands } from "./cluster-commands.js";
+import { usageExits } from "./client-support.js";
+import { registerChildCommands } from "./child-commands.js";
 
 const program = new Command();
 program
   .name("narad")
   .description("Narad: a durable message broker with an explicit delivery contract")
-  .version("0.1.0")
-  .showHelpAfterError();
+  .version("0.1.0");
 
 const server = program.command("server").description("run a broker node");
 const start = server
@@ -77,7 +78,19 @@ start.action(async (opts: Record<string, unknown>) => {
 
 registerClientCommands(program);
 registerClusterCommands(program);
+registerChildCommands(program);
 registerVerifyCommands(program);
+// Every command's usage errors are one `narad: usage: …` line and exit 2, as docs/client.md says
+// (commander's own exit 1 was left on server, verify and the program itself).
+const everyCommand = (c: Command): Command[] => [c, ...c.commands.flatMap(everyCommand)];
+for (const c of everyCommand(program)) usageExits(c);
+
+// Output cut off by a closed pipe (`narad replay … | head`) is not an error: stop quietly, as
+// cat does, rather than crash with an EPIPE stack trace.
+process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+  if (e.code === "EPIPE") process.exit(0);
+  throw e;
+});
 
 function fail(message: string): never {
   process.stderr.write(`narad: ${message}\n`);

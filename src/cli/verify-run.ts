@@ -7,6 +7,7 @@ import type { Command } from "commander";
 import type { Writable } from "node:stream";
 import { resolve } from "node:path";
 import type { RunProgress, RunResult, CalibrationRow } from "../verify/workloads/index.js";
+import { HEALING_FAULT_KINDS } from "../verify/history/types.js";
 
 /** Without a terminal, a progress line this often. */
 const PLAIN_PROGRESS_EVERY_MS = 5_000;
@@ -52,9 +53,11 @@ function isTty(out: Writable): boolean {
   return (out as unknown as { isTTY?: boolean }).isTTY === true;
 }
 
-function progressText(p: RunProgress): string {
+export function progressText(p: RunProgress): string {
   const s = (p.elapsedMs / 1000).toFixed(1).padStart(6);
-  return `${s}s  ${p.phase.padEnd(10)} ${String(p.opsPerS).padStart(6)} ops/s  ${p.ops} ops  ${p.produceOk} produced  ${p.pending} pending  ${p.faults} faults`;
+  // Both rates: the last interval's dips inside a fault window, the average is the run's. The
+  // faults are those injected, healing not counted, as the verdict's summary counts them.
+  return `${s}s  ${p.phase.padEnd(10)} ${String(p.opsPerS).padStart(6)} ops/s now, ${p.opsPerSAvg} avg  ${p.ops} ops  ${p.produceOk} produced  ${p.pending} pending  ${p.faults} faults`;
 }
 
 /** A progress printer: one rewritten line on a terminal, else a line every few seconds and on phase changes. */
@@ -102,6 +105,11 @@ export function abortOnSignals(): { signal: AbortSignal; dispose: () => void } {
   };
 }
 
+/** Faults injected, healing (start, resume, heal) not counted: the number progress lines show. */
+export function injectedFaults(faults: readonly { kind: string }[]): number {
+  return faults.filter((f) => !HEALING_FAULT_KINDS.has(f.kind)).length;
+}
+
 /** What the run adds to the checker's summary: the driver's findings, counts, paths and seed. */
 function summary(r: RunResult, verdictPrinted: boolean): string {
   const lines: string[] = [];
@@ -117,7 +125,7 @@ function summary(r: RunResult, verdictPrinted: boolean): string {
     const rd = rep.redeliveries;
     lines.push(
       `  ${rep.counts.messages} messages, ${rep.counts.deliveries} deliveries; redeliveries ${rd.total} ` +
-        `(lapse ${rd.byCause.lapse}, nack ${rd.byCause.nack}, fault ${rd.byCause.fault}${rd.explainedRecopiesTotal > 0 ? `, of them child re-copies ${rd.explainedRecopiesTotal}` : ""}); ${rep.faults.length} faults; ` +
+        `(lapse ${rd.byCause.lapse}, nack ${rd.byCause.nack}, fault ${rd.byCause.fault}${rd.explainedRecopiesTotal > 0 ? `, of them child re-copies ${rd.explainedRecopiesTotal}` : ""}); ${injectedFaults(rep.faults)} faults (${rep.faults.length} fault operations with healing); ` +
         `lag max ${rep.lag.maxMs === null ? "-" : `${Math.round(rep.lag.maxMs)} ms`}`,
     );
   }

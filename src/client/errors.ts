@@ -20,7 +20,7 @@
 // All of them extend NaradClientError, so `catch (e) { if (e instanceof NaradClientError && !e.definite) … }`
 // is the whole decision.
 
-import { ERRORS, isErrorCode, type BatchItemResult } from "../protocol/errors.js";
+import { ERRORS, isErrorCode, type BatchItemResult, type ErrorCode } from "../protocol/errors.js";
 
 export abstract class NaradClientError extends Error {
   /** `error.code` of the server's JSON body, or a client-side code (`network_error`, `request_timeout`, `aborted`, `connection_failed`). */
@@ -112,6 +112,16 @@ export class NaradConnectionError extends NaradClientError {
     super(message, cause === undefined ? undefined : { cause });
     this.name = "NaradConnectionError";
   }
+}
+
+/**
+ * A request the SDK refuses itself, before sending anything, because it breaks a limit the server
+ * would refuse it for (src/protocol/wire.ts LIMITS): the same code and status as the server's
+ * answer, and definite, since nothing was sent. Sending it anyway could end as a lost answer
+ * (the server's early 413 racing the body still being written), read as ambiguous.
+ */
+export function refusedBeforeSending(code: ErrorCode, message: string): NaradRequestError {
+  return new NaradRequestError(ERRORS[code].status, code, `${message}; nothing was sent`, true);
 }
 
 /** Maps an error answer (status, parsed body, Retry-After) to a typed error. */

@@ -38,9 +38,11 @@ import {
   type GrantJson,
   type GrantRequest,
   type GrantsResponse,
+  type PartitionStatsJson,
   type PlacementJson,
   type ReplayResponse,
   type TopicJson,
+  type TopicStatsJson,
   type TopicsResponse,
   type UpdateTopicRequest,
   type UpdateUserRequest,
@@ -57,6 +59,7 @@ import {
   NaradRequestError,
   errorFromResponse,
   errorFromTransport,
+  refusedBeforeSending,
 } from "./errors.js";
 import { StreamTransport } from "./stream-transport.js";
 import type {
@@ -71,7 +74,9 @@ import type {
   RedriveOptions,
   RedriveResult,
   PartitionMove,
+  MessageHeaders,
   ProduceMessage,
+  ProduceOptions,
   ProduceResult,
   Produced,
   ReplayPage,
@@ -135,6 +140,8 @@ export class Message {
     readonly ownerBoot: string | null,
     /** A dead letter's source (a message of a dead-letter topic); null on other messages. */
     readonly origin: MessageOrigin | null = null,
+    /** The message's headers, as produced ({} when none). */
+    readonly headers: MessageHeaders = {},
   ) {
     this.#client = client;
   }
@@ -210,9 +217,12 @@ export interface ProcessOptions {
   /**
    * Told of a handler that threw (its message was nacked) and of an ack the server refused
    * (NaradGoneError: the lease lapsed first, so the message may come back). Without it, either
-   * ends the loop: process() rejects with that error.
+   * ends the loop: process() rejects with that error. Told too, with `message` null, of each
+   * consume that failed and will be retried (the node unreachable, 429, 503): process() goes on
+   * retrying, but the caller sees a dead URL at once rather than after every retry is spent.
+   * A throw from onError ends the loop with that error.
    */
-  onError?: (err: unknown, message: Message) => void | Promise<void>;
+  onError?: (err: unknown, message: Message | null) => void | Promise<void>;
 }
 
 export interface AutoExtendOptions {
@@ -257,12 +267,11 @@ export class Narad {
   readonly #stream: StreamTransport | undefined;
 
   constructor(opts: NaradOptions) {
-    const u = new URL(opts.url);
-    if (u.protocol !== "http:" && u.protocol !== "https:") {
-      throw new TypeError(`Narad: url must be http:// or https://, got ${opts.url}`);
-    }
+    const u = parseUrl(opts.url);
     this.url = opts.url;
-    this.#root = u.pathname.replace(/\/+$/, "");
+    // A URL copied from docs/api.md's paths ends in the API's prefix: it is the base, not a proxy's
+    // path (it made /v1/v1/topics).
+    this.#root = u.pathname.replace(/\/+$/, "").replace(/\/v1$/, "");
     this.#base = this.#root + API_PREFIX;
     this.#requestTimeoutMs = opts.requestTimeoutMs ?? REQUEST_TIMEOUT_MS_DEFAULT;
     const user = opts.user ?? (u.username ? decodeURIComponent(u.username) : undefined);
@@ -351,6 +360,16 @@ export class Narad {
     return t;
   }
 
+  /**
+   * Settles every message of the topic now, leased or not (SQS's PurgeQueue; admin or the
+   * topic's owner): resolves with how many were unacked, once that is durable. Leases held end:
+   * their acks answer 410. Messages produced meanwhile may stay. Safe to retry.
+   */
+  async purgeTopic(name: string): Promise<number> {
+    const res = await this.#call("POST", `${this.#topicPath(name)}/purge`, this.#hNone, undefined, "purge topic");
+    return ((await res.body.json()) as { purged: number }).purged;
+  }
+
   /** Deletes a topic and its messages. After a NaradAmbiguousError, a retry's 404 means it worked. */
   async deleteTopic(name: string): Promise<void> {
     this.#visibilityMs.delete(name);
@@ -396,16 +415,28 @@ export class Narad {
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
    */
-  produce(topic: string, payload: Uint8Array | string, opts: { key?: string } & IdempotentSend = {}): Promise<Produced> {
-    // The stream carries no producer id yet (a reserved field): an idempotent send goes by HTTP.
-    if (this.#stream !== undefined && opts.producerId === undefined) return this.#stream.produce(topic, payload, opts.key ?? null, () => this.#produceHttp(topic, payload, opts));
+  produce(topic: string, payload: Uint8Array | string, opts: ProduceOptions & IdempotentSend = {}): Promise<Produced> {
+    try {
+      checkMessage(payload, opts.key, "produce");
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    // The stream carries no producer id yet (a reserved field), nor headers or a delay: those go by HTTP.
+    if (this.#stream !== undefined && opts.producerId === undefined && opts.headers === undefined && opts.delayMs === undefined) {
+      return this.#stream.produce(topic, payload, opts.key ?? null, () => this.#produceHttp(topic, payload, opts));
+    }
     return this.#produceHttp(topic, payload, opts);
   }
 
-  async #produceHttp(topic: string, payload: Uint8Array | string, opts: { key?: string } & IdempotentSend): Promise<Produced> {
+  async #produceHttp(topic: string, payload: Uint8Array | string, opts: ProduceOptions & IdempotentSend): Promise<Produced> {
     const tp = this.#topicPath(topic);
-    const path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
-    const res = await this.#call("POST", path, withProducer(this.#hOctet, opts), payload, "produce");
+    let path = opts.key == null ? `${tp}/messages` : `${tp}/messages?key=${encodeURIComponent(opts.key)}`;
+    if (opts.delayMs !== undefined) path += `${opts.key == null ? "?" : "&"}delay_ms=${opts.delayMs}`;
+    // Headers ride in one request header as JSON, every character past ASCII \u-escaped (header
+    // values are Latin-1 on the wire).
+    const base = withProducer(this.#hOctet, opts);
+    const h = opts.headers === undefined ? base : { ...base, [HEADERS.messageHeaders]: asciiJson(opts.headers) };
+    const res = await this.#call("POST", path, h, payload, "produce");
     // The parsed body is the result: the owner's two fields go on it, no second object.
     const r = (await res.body.json()) as Produced;
     r.owner = header(res.headers, HEADERS.owner) ?? header(res.headers, HEADERS.node) ?? null;
@@ -427,19 +458,30 @@ export class Narad {
     opts: { encoding?: "binary" | "json" } & IdempotentSend = {},
   ): Promise<ProduceResult[]> {
     if (messages.length === 0) return [];
+    if (messages.length > LIMITS.batchMessagesMax) {
+      throw refusedBeforeSending("batch_too_large", `produce batch: ${messages.length} messages, over the ${LIMITS.batchMessagesMax} a batch holds`);
+    }
+    messages.forEach((m, i) => checkMessage(m.payload, m.key, `produce batch: messages[${i}]`));
     const path = `${this.#topicPath(topic)}/messages/batch`;
     let res: Dispatcher.ResponseData;
     try {
-      if (opts.encoding === "json") {
+      // The binary encoding carries key and payload only: headers or a delay go as JSON.
+      if (opts.encoding === "json" || messages.some((m) => m.headers !== undefined || m.delayMs !== undefined)) {
         const body: BatchProduceRequest = {
           messages: messages.map((m) => {
             const payload_base64 = toBuffer(m.payload).toString("base64");
-            return m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
+            const j: BatchProduceRequest["messages"][number] & { headers?: MessageHeaders; delay_ms?: number } = m.key == null ? { payload_base64 } : { key: m.key, payload_base64 };
+            if (m.headers !== undefined) j.headers = m.headers;
+            if (m.delayMs !== undefined) j.delay_ms = m.delayMs;
+            return j;
           }),
         };
-        res = await this.#call("POST", path, withProducer(this.#hJson, opts), JSON.stringify(body), "produce batch");
+        const text = JSON.stringify(body);
+        checkBatchBody(Buffer.byteLength(text));
+        res = await this.#call("POST", path, withProducer(this.#hJson, opts), text, "produce batch");
       } else {
         const body = encodeBinaryBatch(messages.map((m) => ({ key: m.key ?? null, payload: toBuffer(m.payload) })));
+        checkBatchBody(body.length);
         res = await this.#call("POST", path, withProducer(this.#hBatch, opts), body, "produce batch");
       }
     } catch (e) {
@@ -507,6 +549,7 @@ export class Narad {
       header(h, HEADERS.owner) ?? header(h, HEADERS.node) ?? null,
       header(h, HEADERS.ownerBoot) ?? header(h, HEADERS.boot) ?? null,
       originFromHeaders(h),
+      parseHeaders(header(h, HEADERS.messageHeaders)),
     );
   }
 
@@ -545,6 +588,7 @@ export class Narad {
         x.owner ?? owner,
         x.owner_boot ?? ownerBoot,
         toOrigin(m.origin),
+        m.headers ?? {},
       );
     });
   }
@@ -675,15 +719,20 @@ export class Narad {
   async process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
     const concurrency = Math.floor(opts.concurrency ?? 1);
     if (!(concurrency >= 1 && concurrency <= PROCESS_CONCURRENCY_MAX)) throw new RangeError(`concurrency must be 1..${PROCESS_CONCURRENCY_MAX}`);
-    // `concurrency` loops, each one message at a time; the first to fail ends the others.
-    const stop = new AbortController();
-    const onAbort = () => stop.abort(opts.signal?.reason);
+    // `concurrency` loops, each one message at a time; the first to fail ends the others. Each
+    // loop has a signal of its own: one shared by all gathered an abort listener per pooled
+    // request and sleep, past Node's 10 (MaxListenersExceededWarning at concurrency 8).
+    const controllers = Array.from({ length: concurrency }, () => new AbortController());
+    const stopAll = (reason: unknown) => {
+      for (const c of controllers) c.abort(reason);
+    };
+    const onAbort = () => stopAll(opts.signal?.reason);
     if (opts.signal?.aborted) onAbort();
     opts.signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      const loops = Array.from({ length: concurrency }, () =>
-        this.#processLoop(topic, handler, opts, stop.signal).catch((err: unknown) => {
-          stop.abort(err);
+      const loops = controllers.map((c) =>
+        this.#processLoop(topic, handler, opts, c.signal).catch((err: unknown) => {
+          stopAll(err);
           throw err;
         }),
       );
@@ -720,6 +769,7 @@ export class Narad {
             continue;
           }
           if (!isRetryable(err) || ++errors > errorsMax) throw err;
+          await opts.onError?.(err, null);
           await sleep(backoffMs(errors, err), signal);
           continue;
         }
@@ -837,6 +887,8 @@ export class Narad {
           producedAt: m.produced_at,
           payload: Buffer.from(m.payload_base64, "base64"),
           origin: toOrigin(m.origin),
+          headers: (m as { headers?: MessageHeaders }).headers ?? {},
+          ...((m as { not_before?: number }).not_before !== undefined ? { notBefore: (m as { not_before?: number }).not_before } : {}),
         }),
       ),
       nextOffset: body.next_offset,
@@ -892,6 +944,16 @@ export class Narad {
   }
 
   /**
+   * Retires a node of a cluster for good (admin): it must be down and hold no partition, else
+   * NaradRequestError `node_in_use` (409); `node_not_found` (404). Safe to retry (a 404 then may
+   * mean the first try worked).
+   */
+  async removeNode(id: string): Promise<void> {
+    const res = await this.#call("DELETE", `${this.#base}/nodes/${encodeURIComponent(id)}`, this.#hNone, undefined, "remove node");
+    await res.body.dump();
+  }
+
+  /**
    * Moves a partition to another node (admin) and resolves once it is copied and switched. A move
    * copies the partition's files, so it may take minutes: the answer is awaited up to
    * `timeoutMs` (default 15 minutes). 400 for an unknown node or on a single node, 409
@@ -901,9 +963,11 @@ export class Narad {
    * Moves a partition to node `to` (admin). A replicated partition moves one replica: name the
    * node whose replica moves with `opts.from`.
    */
-  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number; from?: string } = {}): Promise<PartitionMove> {
+  async movePartition(topic: string, partition: number, to: string, opts: { timeoutMs?: number; from?: string; acceptLoss?: boolean } = {}): Promise<PartitionMove> {
     const path = `${this.#topicPath(topic)}/partitions/${partition}/move`;
-    const body = opts.from === undefined ? { to } : { to, from: opts.from };
+    // acceptLoss: the owner is down for good; place the partition on `to` with nothing copied.
+    const body: Record<string, unknown> = opts.from === undefined ? { to } : { to, from: opts.from };
+    if (opts.acceptLoss === true) body.accept_loss = true;
     const res = await this.#call("POST", path, this.#hJson, JSON.stringify(body), "move partition", opts.timeoutMs ?? MOVE_TIMEOUT_MS);
     return (await res.body.json()) as PartitionMove;
   }
@@ -1012,8 +1076,24 @@ export class Narad {
   }
 }
 
+/** The client's URL, or a TypeError that says what a good one looks like. */
+function parseUrl(url: string): URL {
+  let u: URL | undefined;
+  try {
+    u = new URL(url);
+  } catch {
+    u = undefined;
+  }
+  if (u === undefined || (u.protocol !== "http:" && u.protocol !== "https:") || u.host === "") {
+    const hint = /^[\w.-]+:\d+(\/|$)/.test(url) || /^[\w.-]+(\/|$)/.test(url) ? `; did you mean http://${url}?` : "";
+    throw new TypeError(`Narad: url must be an absolute http:// or https:// URL such as http://127.0.0.1:7070, got ${JSON.stringify(url)}${hint}`);
+  }
+  return u;
+}
+
 function toTopic(t: TopicJson): Topic {
-  const x = t as TopicJson & { placement?: PlacementJson[] };
+  const x = t as TopicJson & { placement?: PlacementJson[]; stats?: TopicStatsJson };
+  const partitionStats = (p: PartitionStatsJson) => ({ partition: p.partition, backlog: p.backlog, inFlight: p.in_flight, oldestUnackedAgeMs: p.oldest_unacked_age_ms });
   return {
     name: t.name,
     partitions: t.partitions,
@@ -1025,8 +1105,10 @@ function toTopic(t: TopicJson): Topic {
     deadLetterTopic: t.dead_letter_topic ?? null,
     owner: t.owner ?? null,
     children: (t.children ?? []).map(toChild),
+    parent: t.parent == null ? null : { topic: t.parent.topic, kind: t.parent.kind },
     createdAt: t.created_at,
     placement: x.placement?.map((p) => ({ partition: p.partition, node: p.node, epoch: p.epoch, replicas: p.replicas ?? [p.node], inSync: p.in_sync ?? [p.node] })),
+    stats: x.stats === undefined ? undefined : { backlog: x.stats.backlog, inFlight: x.stats.in_flight, oldestUnackedAgeMs: x.stats.oldest_unacked_age_ms, partitions: x.stats.partitions.map(partitionStats) },
   };
 }
 
@@ -1048,6 +1130,39 @@ function originFromHeaders(h: Record<string, string | string[] | undefined>): Me
 
 function toChild(c: ChildJson): TopicChild {
   return c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms };
+}
+
+/** Refuses, before sending, a message the server would refuse for its size or its key's. */
+function checkMessage(payload: Uint8Array | string, key: string | null | undefined, what: string): void {
+  const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
+  if (size > LIMITS.messageBytesMax) {
+    throw refusedBeforeSending("payload_too_large", `${what}: the message is ${size} bytes, over the ${LIMITS.messageBytesMax}-byte (1 MiB) limit`);
+  }
+  if (key != null && key.length * 3 > LIMITS.keyBytesMax && Buffer.byteLength(key) > LIMITS.keyBytesMax) {
+    throw refusedBeforeSending("invalid_argument", `${what}: the key is over ${LIMITS.keyBytesMax} bytes`);
+  }
+}
+
+function checkBatchBody(bytes: number): void {
+  if (bytes > LIMITS.batchBodyBytesMax) {
+    throw refusedBeforeSending("batch_too_large", `produce batch: the request body would be ${bytes} bytes, over the ${LIMITS.batchBodyBytesMax}-byte limit`);
+  }
+}
+
+/** Headers as one ASCII header value: JSON, every character past ASCII \u-escaped. */
+function asciiJson(h: MessageHeaders): string {
+  return JSON.stringify(h).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** A consume's Narad-Headers ({} when absent or not an object of strings). */
+function parseHeaders(raw: string | undefined): MessageHeaders {
+  if (raw === undefined) return {};
+  try {
+    const v = JSON.parse(raw) as unknown;
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as MessageHeaders) : {};
+  } catch {
+    return {};
+  }
 }
 
 /** Options of produce() and produceBatch() that make them idempotent; IdempotentProducer sets them. */

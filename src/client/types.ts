@@ -80,10 +80,32 @@ export interface Topic {
   /** The user who created the topic; null when security is off. */
   owner: string | null;
   children: TopicChild[];
+  /** The topic this one is a child of (attachChild), or null. */
+  parent: { topic: string; kind: TopicChild["kind"] } | null;
   /** Milliseconds since the epoch, when the server reports it. */
   createdAt: number | undefined;
   /** Cluster mode only: which node owns each partition, with its ownership epoch. */
   placement: PartitionPlacement[] | undefined;
+  /** getTopic() on a single node: backlog, in-flight leases and oldest unacked age, in all and per partition. */
+  stats: TopicStats | undefined;
+}
+
+export interface PartitionStats {
+  partition: number;
+  /** Unacked durable messages: available, leased or returned. */
+  backlog: number;
+  /** Live leases. */
+  inFlight: number;
+  /** Age of the oldest unacked message (0 when none is unacked). */
+  oldestUnackedAgeMs: number;
+}
+
+/** The partitions' stats and their sums (oldestUnackedAgeMs: the largest). */
+export interface TopicStats {
+  backlog: number;
+  inFlight: number;
+  oldestUnackedAgeMs: number;
+  partitions: PartitionStats[];
 }
 
 export interface CreateTopicOptions {
@@ -157,9 +179,23 @@ export interface Produced extends ProduceResult {
   ownerBoot: string | null;
 }
 
+/** A message's own string attributes, stored with it and returned on consume and replay (docs/api.md, "Headers"). */
+export type MessageHeaders = Record<string, string>;
+
 export interface ProduceMessage {
   payload: Uint8Array | string;
   key?: string;
+  /** Stored with the message; a batch with any goes as JSON (the binary encoding has none). */
+  headers?: MessageHeaders;
+  /** Not delivered before this many ms after it is stored (0..7 days). */
+  delayMs?: number;
+}
+
+export interface ProduceOptions {
+  key?: string;
+  headers?: MessageHeaders;
+  /** Not delivered before this many ms after it is stored (0..7 days). */
+  delayMs?: number;
 }
 
 export interface ReplayedMessage {
@@ -170,6 +206,10 @@ export interface ReplayedMessage {
   payload: Buffer;
   /** A dead letter's source; null on other messages. */
   origin: MessageOrigin | null;
+  /** Its headers ({} when none). */
+  headers: MessageHeaders;
+  /** A delayed message: when it may first be delivered (ms since the epoch). */
+  notBefore?: number;
 }
 
 export interface ReplayPage {

@@ -290,6 +290,11 @@ export class ControlPlane implements UserStoreApi {
   }
 
   /** Removes the topic and its placement. NaradError topic_not_found. */
+  /** Retires a node that is down and holds no partition (./control-plane/nodes-sql.ts). */
+  async removeNode(id: string): Promise<void> {
+    await nodesSql.removeNode(this.writer, id);
+  }
+
   async deleteTopic(name: string): Promise<void> {
     await topicsSql.deleteTopic(this.writer, name);
   }
@@ -311,6 +316,11 @@ export class ControlPlane implements UserStoreApi {
    * cannot be copied, and an empty copy is never promoted). Repeating a begin to the same node
    * returns the move in progress.
    */
+  /** A partition of a down owner placed elsewhere, its data given up (./control-plane/moves-sql.ts). */
+  reassignLost(topic: string, partition: number, toNode: string): Promise<{ from: string; epoch: number }> {
+    return movesSql.reassignLost(this.writer, topic, partition, toNode);
+  }
+
   beginMove(topic: string, partition: number, toNode: string): Promise<{ owner: string; epoch: number; toNode: string }> {
     return movesSql.beginMove(this.writer, topic, partition, toNode);
   }

@@ -42,7 +42,7 @@ import type { ControlPlane } from "./control-plane.js";
 import { ControlPlaneUnavailable } from "./errors.js";
 import { FROZEN_MARKER, type Ownership } from "./ownership.js";
 import { PeerError, type Peers } from "./peers.js";
-import { cpError, errorFromPeer, type ClusterService } from "./service.js";
+import { cpCall, cpError, errorFromPeer, type ClusterService } from "./service.js";
 import { INTERNAL_PREFIX } from "./wire.js";
 
 const SEGMENT_RE = /^\d{20}\.log$/;
@@ -110,6 +110,19 @@ export class Mover {
     });
     if (res.status !== 200) throw errorFromPeer(res);
     return JSON.parse(res.body.toString("utf8")) as MoveResult;
+  }
+
+  /**
+   * `accept_loss`: places a partition whose owner is down on `to`, copying nothing (what only the
+   * down owner held is lost). docs/operations.md, "Retiring a node".
+   */
+  async reassignLost(topic: string, partition: number, to: string): Promise<MoveResult> {
+    const t = this.o.cp.topic(topic);
+    if (t === undefined) throw new NaradError("topic_not_found", `Topic ${JSON.stringify(topic)} does not exist.`);
+    if (partition >= t.partitions) throw new NaradError("partition_not_found", `Topic ${topic} has partitions 0..${t.partitions - 1}.`);
+    const r = await cpCall(() => this.o.cp.reassignLost(topic, partition, to));
+    this.log.warn({ topic, partition, from: r.from, to, epoch: r.epoch }, "partition placed on another node with its data given up (accept_loss)");
+    return { topic, partition, from: r.from, to, epoch: r.epoch };
   }
 
   private async moveReplica(topic: string, partition: number, to: string, from: string | undefined): Promise<MoveResult> {

@@ -520,6 +520,10 @@ export class ClusterService implements Service {
   // ---- produce ----------------------------------------------------------------------------------
 
   async produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]> {
+    // Forwards carry key and payload only: a delay or headers would be lost on the way to the owner.
+    if (items.some((it) => it.headers !== undefined || it.delayMs !== undefined)) {
+      throw new NaradError("not_implemented", "Per-message delay and headers are not built for a cluster yet; nothing was stored.");
+    }
     const t = await this.topic(topic);
     const groups = this.groupsFor(t, items);
     if (groups.size === 1) {

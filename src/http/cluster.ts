@@ -19,7 +19,9 @@ export interface HttpCluster {
   /** The control plane's view: readiness and GET /v1/nodes. */
   view: ClusterView;
   /** POST /v1/topics/:topic/partitions/:partition/move. */
-  moves: { move(topic: string, partition: number, to: string, from?: string): Promise<unknown> };
+  moves: { move(topic: string, partition: number, to: string, from?: string): Promise<unknown>; reassignLost(topic: string, partition: number, to: string): Promise<unknown> };
+  /** DELETE /v1/nodes/:node: retires a node that is down and holds nothing. */
+  removeNode(id: string): Promise<void>;
   internal: InternalRoutes;
 }
 

@@ -5,7 +5,7 @@
 
 import type { SettleAction } from "../broker/broker.js";
 import { NaradError } from "../protocol/errors.js";
-import { LIMITS, TOPIC_NAME_RE, type AcksMode } from "../protocol/wire.js";
+import { HEADER_NAME_RE, LIMITS, TOPIC_NAME_RE, type AcksMode } from "../protocol/wire.js";
 
 /**
  * A value as an error message may show it: short, and never walked (a 20 000-deep JSON value
@@ -125,4 +125,54 @@ export function settleAction(extend: string | null, deadLetter: string | null = 
 
 export function badExtend(): never {
   throw new NaradError("invalid_argument", "extend must be true (restart the lease) or 0 (end it now).");
+}
+
+/**
+ * A message's headers (issue 16 item 13): a JSON object of strings within LIMITS' bounds, as
+ * name/value pairs in the order given; undefined when absent or empty.
+ */
+export function parseMessageHeaders(v: unknown, what = "headers"): [string, string][] | undefined {
+  if (v === undefined || v === null) return undefined;
+  const bad = (why: string) => new NaradError("invalid_headers", `${what}: ${why}.`);
+  if (typeof v !== "object" || Array.isArray(v)) throw bad("must be a JSON object of strings");
+  const pairs = Object.entries(v as Record<string, unknown>);
+  if (pairs.length > LIMITS.headersMax) throw bad(`${pairs.length} headers, over ${LIMITS.headersMax}`);
+  let total = 0;
+  const out: [string, string][] = [];
+  for (const [name, value] of pairs) {
+    if (!HEADER_NAME_RE.test(name) || Buffer.byteLength(name) > LIMITS.headerNameBytesMax) throw bad(`the name ${JSON.stringify(name.slice(0, 80))} must match ${HEADER_NAME_RE.source}, at most ${LIMITS.headerNameBytesMax} bytes`);
+    if (typeof value !== "string") throw bad(`${name} must be a string`);
+    const vb = Buffer.byteLength(value);
+    if (vb > LIMITS.headerValueBytesMax) throw bad(`${name} is ${vb} bytes, over ${LIMITS.headerValueBytesMax}`);
+    total += Buffer.byteLength(name) + vb;
+    out.push([name, value]);
+  }
+  if (total > LIMITS.headersBytesMax) throw bad(`${total} bytes of names and values, over ${LIMITS.headersBytesMax}`);
+  return out.length === 0 ? undefined : out;
+}
+
+/** A request header of JSON headers (Narad-Headers), parsed as parseMessageHeaders does. */
+export function headersFromRequest(raw: string | string[] | undefined): [string, string][] | undefined {
+  if (raw === undefined) return undefined;
+  const text = Array.isArray(raw) ? raw.join(",") : raw;
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new NaradError("invalid_headers", "Narad-Headers must be a JSON object of strings, for example {\"trace\":\"abc\"}.");
+  }
+  return parseMessageHeaders(v, "Narad-Headers");
+}
+
+/** A per-message delay, ms (?delay_ms=, "delay_ms"); undefined when absent or 0. */
+export function parseDelayMs(v: unknown, what = "delay_ms"): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  const n = typeof v === "number" ? v : typeof v === "string" && /^\d{1,16}$/.test(v) ? Number(v) : NaN;
+  if (!Number.isSafeInteger(n) || n < 0 || n > LIMITS.delayMsMax) throw new NaradError("invalid_delay", `${what} must be an integer from 0 to ${LIMITS.delayMsMax} (7 days), not ${JSON.stringify(v)}.`);
+  return n === 0 ? undefined : n;
+}
+
+/** A headers object as one ASCII header value: JSON with every other character \u-escaped. */
+export function headersHeaderValue(h: readonly (readonly [string, string])[]): string {
+  return JSON.stringify(Object.fromEntries(h)).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }

@@ -7,7 +7,7 @@
 
 import { originOf } from "../broker/dead-letters.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Delivery, ReplayResult } from "../broker/broker.js";
+import { recordAttrs, type Delivery, type ReplayResult } from "../broker/broker.js";
 import type { SettleOutcome } from "../broker/service.js";
 import { NaradError } from "../protocol/errors.js";
 import { DELIVERIES_TYPE, encodeDeliveries, HEADERS, type ConsumedMessageJson } from "../protocol/wire.js";
@@ -73,13 +73,16 @@ export function sendReplay(res: ServerResponse, r: ReplayResult): void {
   sendJson(res, 200, {
     messages: r.records.map((x) => {
       const origin = x.attrs === undefined ? undefined : originOf(x);
-      return {
+      const m = {
         offset: x.offset,
         key: x.key === null ? null : x.key.toString("utf8"),
         produced_at: x.producedAtMs,
         payload_base64: x.payload.toString("base64"),
         ...(origin !== undefined ? { origin } : {}),
       };
+      if (x.attrs === undefined) return m;
+      const a = recordAttrs(x);
+      return { ...m, ...(a.headers !== undefined ? { headers: Object.fromEntries(a.headers) } : {}), ...(a.notBeforeMs !== undefined ? { not_before: a.notBeforeMs } : {}) };
     }),
     next_offset: r.nextOffset,
     earliest_offset: r.earliestOffset,
@@ -101,6 +104,7 @@ export function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): Co
     owner,
     owner_boot: ownerBoot,
     ...(d.origin !== undefined ? { origin: d.origin } : {}),
+    ...(d.headers !== undefined ? { headers: Object.fromEntries(d.headers) } : {}),
   };
 }
 

@@ -31,6 +31,11 @@ export interface Ctx {
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, params: Params, query: URLSearchParams, ctx: Ctx) => Promise<void> | void;
 
+/** What a public route keeps in the router: its name in metrics (narad_http_requests_total's route). */
+export interface RouteStore {
+  route: string;
+}
+
 /** Registers a public route behind the Perm it needs. */
 export type On = (method: Method, path: string, perm: Perm, h: Handler) => void;
 
@@ -40,6 +45,11 @@ export interface RouteDeps {
   svc: Service;
   nodeId: string;
   bootId: string;
+  /**
+   * One audit line (module "audit", docs/operations.md "Logs") for a change of topics, users or
+   * grants: what, by whom, on what. Never a password. They left no line at all.
+   */
+  audit: (ctx: Ctx, action: string, fields: Record<string, unknown>) => void;
 }
 
 export function publicRoutes(router: Router, svc: Service, authenticator: Authenticator | undefined): On {
@@ -53,7 +63,7 @@ export function publicRoutes(router: Router, svc: Service, authenticator: Authen
         await authorize(svc, perm, params as Params, principal);
         return h(req, res, params as Params, query, { principal, req: { ...rc, user: { name: principal.name, id: principal.id } } });
       });
-    });
+    }, { route: `${method} ${path}` } satisfies RouteStore);
   };
 }
 

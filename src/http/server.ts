@@ -25,6 +25,7 @@
 // module also mounts the internal routes other nodes forward to, through the interface it
 // declares (src/http/cluster.ts).
 
+import { performance } from "node:perf_hooks";
 import { createServer, ServerResponse, type IncomingMessage, type Server } from "node:http";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
@@ -40,7 +41,7 @@ import { BodyTooLarge } from "./body.js";
 import { internalRouteKit, type HttpCluster } from "./cluster.js";
 import type { Params } from "./params.js";
 import { head, identify, sendError } from "./respond.js";
-import { mountInternal, publicRoutes, type RouteDeps } from "./router.js";
+import { mountInternal, publicRoutes, type RouteDeps, type RouteStore } from "./router.js";
 import { messageRoutes } from "./routes/messages.js";
 import { nodeRoutes } from "./routes/nodes.js";
 import { opsRoutes } from "./routes/ops.js";
@@ -114,6 +115,36 @@ type Counted = Duplex & {
   naradEndAt?: number;
 };
 
+/**
+ * How long a connection answered 413 while its client was still sending the body keeps reading
+ * (and discarding) before it closes anyway. Closing a socket with unread bytes makes the kernel
+ * send RST, and an RST that reaches the client before it read the 413 discards the answer: the
+ * client saw "write EPIPE" or "ECONNRESET", an ambiguous failure, for a definite refusal
+ * (issue 16 item 1). So the answer is sent, our side shut (FIN), and the rest of the body read
+ * until the client shuts its side or this much time passed.
+ */
+export const LINGER_AFTER_REFUSAL_MS = 2000;
+/** Marks a socket in its lingering close: a request parsed from what it still sends is dropped. */
+const LINGERING = Symbol("narad.lingering");
+
+/**
+ * Makes Node's close of this connection (it calls destroySoon once the answer with
+ * `Connection: close` is written) a lingering close: FIN now, destroy at the client's FIN or
+ * after LINGER_AFTER_REFUSAL_MS. The request is resumed so its remaining body is read and dropped.
+ * test/newcomer-sdk.test.ts fails if Node stops closing through destroySoon.
+ */
+function lingerAfterAnswer(req: IncomingMessage): void {
+  const socket = req.socket as Socket & { destroySoon(): void; [LINGERING]?: true };
+  socket[LINGERING] = true;
+  req.resume();
+  socket.destroySoon = () => {
+    socket.end();
+    const t = setTimeout(() => socket.destroy(), LINGER_AFTER_REFUSAL_MS);
+    socket.once("end", () => socket.destroy());
+    socket.once("close", () => clearTimeout(t));
+  };
+}
+
 /** Closes a connection once what was written to it reached the kernel. */
 function endAfterWrites(socket: Duplex): void {
   socket.once("finish", () => socket.destroy());
@@ -135,7 +166,9 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   let ready = false;
   let drained: (() => void) | undefined;
 
-  const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId };
+  const auditLog = opts.logger.child({ module: "audit" });
+  const audit: RouteDeps["audit"] = (ctx, action, fields) => auditLog.info({ action, by: ctx.principal?.name ?? null, ...fields }, action);
+  const deps: RouteDeps = { on: publicRoutes(router, svc, opts.authenticator), svc, nodeId, bootId, audit };
   opsRoutes(deps, () => ready && !stopping && (cluster === undefined || cluster.view.isLeaseLive()), opts.notReady ?? (() => null));
   topicRoutes(deps, opts.users);
   messageRoutes(deps, opts.producers ?? NO_PRODUCERS);
@@ -143,10 +176,40 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   nodeRoutes(deps, cluster);
   if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalRouteKit(nodeId, bootId));
 
+  // Request metrics (docs/operations.md): a count per route and status, and the latency of the
+  // routes users time (produce, consume, ack). Children of the labelled metrics are kept per
+  // route and status, so an answer costs a map lookup rather than prom-client hashing labels.
+  const m = svc.metrics;
+  const timed = new Map<string, { hist: { observe(v: number): void }; ok: (status: number) => boolean }>([
+    ["POST /v1/topics/:topic/messages", { hist: m.produceLatency.labels("single"), ok: (s) => s === 202 }],
+    ["POST /v1/topics/:topic/messages/batch", { hist: m.produceLatency.labels("batch"), ok: (s) => s === 202 }],
+    ["POST /v1/topics/:topic/consume", { hist: m.consumeLatency.labels("single"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/consume/batch", { hist: m.consumeLatency.labels("batch"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/ack", { hist: m.ackLatency.labels("single"), ok: (s) => s === 204 }],
+    ["POST /v1/topics/:topic/ack/batch", { hist: m.ackLatency.labels("batch"), ok: (s) => s === 200 }],
+  ]);
+  // Bounded: routes are the registered patterns (plus "unmatched" and "internal"), never paths.
+  const counted = new Map<string, { inc(): void }>();
+  const answered = (route: string, status: number, ms: number): void => {
+    const t = timed.get(route);
+    if (t !== undefined && t.ok(status)) t.hist.observe(ms / 1000);
+    const k = `${route} ${status}`;
+    let c = counted.get(k);
+    if (c === undefined) {
+      c = m.requests.labels(route, String(status));
+      counted.set(k, c);
+    }
+    c.inc();
+  };
+
   // Every answer names the node and its boot (src/http/respond.ts): one header list per server.
   const identityHeaders: readonly string[] = [HEADERS.node, nodeId, HEADERS.boot, bootId];
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     identify(res, identityHeaders);
+    if ((req.socket as Socket & { [LINGERING]?: true })[LINGERING]) {
+      req.socket.destroy(); // bytes after a refused body: not a request anyone waits on
+      return;
+    }
     if (stopping) {
       res.setHeader("connection", "close");
       sendError(res, new NaradError("shutting_down"));
@@ -156,10 +219,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const socket = req.socket as Counted;
     socket[PENDING] = (socket[PENDING] ?? 0) + 1;
     socket[LAST] = res; // no object per request: the request is res.req
+    const startedMs = performance.now();
+    let route = "unmatched";
     res.once("close", () => {
       inFlight--;
       if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
       if (stopping && inFlight === 0) drained?.();
+      answered(route, res.statusCode, performance.now() - startedMs);
     });
     if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) {
       res.setHeader("connection", "close");
@@ -179,6 +245,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       res.setHeader("allow", allow);
       return finishWithError(req, res, new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}; allowed: ${allow}.`));
     }
+    route = (found.store as RouteStore | undefined)?.route ?? "internal";
     try {
       const r = (found.handler as unknown as (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void)(req, res, found.params);
       if (r instanceof Promise) r.catch((e: unknown) => finishWithError(req, res, e));
@@ -273,9 +340,9 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       return;
     }
     if (e instanceof BodyTooLarge) {
-      // Stop reading the body: answer, then close the connection.
+      // Stop storing the body: answer, then close the connection without losing the answer.
       res.setHeader("connection", "close");
-      res.once("finish", () => req.socket.destroy());
+      lingerAfterAnswer(req);
     }
     sendError(res, err);
   }

@@ -37,6 +37,12 @@ export const ERRORS = {
     definite: true,
     message: "dead_letter_topic must name an existing topic other than this one, and max_deliveries needs one.",
   },
+  invalid_headers: {
+    status: 400,
+    definite: true,
+    message: "Message headers are a JSON object of strings: at most 16, names matching ^[A-Za-z0-9][A-Za-z0-9._-]*$ up to 64 bytes, values up to 1024 bytes, 4096 bytes in all.",
+  },
+  invalid_delay: { status: 400, definite: true, message: "delay_ms is an integer from 0 to 604800000 (7 days)." },
   invalid_receipt_handle: {
     status: 400,
     definite: true,
@@ -56,6 +62,12 @@ export const ERRORS = {
   grant_not_found: { status: 404, definite: true, message: "The user has no such grant." },
   not_found: { status: 404, definite: true, message: "No such resource." },
   method_not_allowed: { status: 405, definite: true, message: "This path does not take this method." },
+  node_not_found: { status: 404, definite: true, message: "The cluster has no node with this id." },
+  node_in_use: {
+    status: 409,
+    definite: true,
+    message: "The node is live, or still holds partitions: stop it, and move its partitions off, before removing it.",
+  },
   topic_exists: { status: 409, definite: true, message: "A topic with this name exists already." },
   child_exists: { status: 409, definite: true, message: "This child is attached to the topic already." },
   user_exists: { status: 409, definite: true, message: "A user with this name exists already." },
@@ -149,6 +161,7 @@ export const ERRORS = {
     definite: true,
     message: "The node's storage cannot take this now (the disk is full, or no file descriptor is free); nothing was done. Free space or descriptors and retry.",
   },
+  not_implemented: { status: 501, definite: true, message: "This is not built for this deployment yet; nothing was done." },
   timeout: { status: 504, definite: false, message: "The request took too long; it may or may not have happened." },
   // ---- cluster mode (docs/operations.md, "Cluster") ----
   move_conflict: {

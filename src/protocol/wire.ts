@@ -39,6 +39,15 @@ export const LIMITS = {
   /** Redrive: messages one request moves when it names no max_messages, and the most it may name. */
   redriveMessagesDefault: 1000,
   redriveMessagesMax: 10_000,
+  /** A message's headers (issue 16 item 13): at most this many, names and values bounded. */
+  headersMax: 16,
+  /** Header names match HEADER_NAME_RE, at most this many bytes. */
+  headerNameBytesMax: 64,
+  headerValueBytesMax: 1024,
+  /** Names and values of one message's headers together. */
+  headersBytesMax: 4096,
+  /** A per-message delay (?delay_ms=, "delay_ms"): 0 to 7 days. */
+  delayMsMax: 7 * 24 * 3600 * 1000,
 } as const;
 
 export const DEFAULTS = {
@@ -49,6 +58,9 @@ export const DEFAULTS = {
   ackFlushIntervalMs: 100,
   ackSyncIntervalMs: 1000,
 } as const;
+
+/** Names of a message's headers. */
+export const HEADER_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
 export const HEADERS = {
   node: "narad-node",
@@ -61,6 +73,8 @@ export const HEADERS = {
   producedAt: "narad-produced-at",
   owner: "narad-owner",
   ownerBoot: "narad-owner-boot",
+  /** A message's own headers, as a JSON object of strings (ASCII: other characters \u-escaped). */
+  messageHeaders: "narad-headers",
   /** Idempotent produce (docs/api.md): the producer's id, its sequence, and the duplicate answer. */
   producerId: "narad-producer-id",
   sequence: "narad-sequence",
@@ -134,6 +148,25 @@ export interface TopicJson extends TopicSettingsJson, ReplicationJson, DeadLette
   created_at: number;
 }
 
+/** A partition's delivery state in GET /v1/topics/{t}'s `stats` (docs/api.md). */
+export interface PartitionStatsJson {
+  partition: number;
+  /** Unacked durable messages: available, leased or returned. */
+  backlog: number;
+  /** Live leases. */
+  in_flight: number;
+  /** Age of the oldest unacked message, ms; 0 when none is unacked. */
+  oldest_unacked_age_ms: number;
+}
+
+/** GET /v1/topics/{t}'s `stats`: the partitions' and their sums (the oldest age: their largest). */
+export interface TopicStatsJson {
+  backlog: number;
+  in_flight: number;
+  oldest_unacked_age_ms: number;
+  partitions: PartitionStatsJson[];
+}
+
 /** One partition's entry of a cluster topic's `placement`. */
 export interface PlacementJson {
   partition: number;
@@ -180,6 +213,8 @@ export interface ConsumedMessageJson {
   owner_boot: string;
   /** A dead letter's source; absent on other messages. */
   origin?: OriginJson;
+  /** The message's headers, when it has any. */
+  headers?: Record<string, string>;
 }
 
 export interface AckBatchRequest {

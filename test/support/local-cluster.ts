@@ -55,6 +55,8 @@ export interface LocalClusterOptions {
   env?: Record<string, string>;
   /** Keep temp data directories after stop(). */
   keep?: boolean;
+  /** Told of everything each node prints, as it prints it (npm run cluster --logs). */
+  onOutput?: (nodeId: string, text: string) => void;
   readyTimeoutMs?: number;
 }
 
@@ -83,6 +85,7 @@ export class LocalNode {
     private readonly env: Record<string, string>,
     port: number,
     private readonly readyTimeoutMs: number,
+    private readonly onOutput?: (nodeId: string, text: string) => void,
   ) {
     this.port = port;
   }
@@ -112,6 +115,7 @@ export class LocalNode {
     });
     this.proc = proc;
     const keep = (s: string) => {
+      this.onOutput?.(this.id, s);
       this.out += s;
       if (this.out.length > OUTPUT_CHARS_MAX) this.out = this.out.slice(-OUTPUT_CHARS_MAX);
     };
@@ -210,7 +214,7 @@ export async function startCluster(o: LocalClusterOptions = {}): Promise<LocalCl
           ...(o.args ?? []),
         ];
       };
-      nodes.push(new LocalNode(id, dir, argsFor, env, o.ports?.[i] ?? 0, o.readyTimeoutMs ?? 30_000));
+      nodes.push(new LocalNode(id, dir, argsFor, env, o.ports?.[i] ?? 0, o.readyTimeoutMs ?? 30_000, o.onOutput));
     }
     await Promise.all(nodes.map((x) => x.start()));
     return {

@@ -63,6 +63,36 @@ export async function completeMove(write: Write, topic: string, partition: numbe
   });
 }
 
+/**
+ * Places a partition whose owner is down on toNode at the next epoch, with nothing copied: what
+ * only the down owner held is given up (the operator says so: `accept_loss`). For a node that will
+ * not come back, so its partitions (empty or lost) can be served again and the node removed. The
+ * new owner opens it empty; the old node, if it ever returns, removes its stale copy (ownership
+ * follows the placement). Refused for a live owner (move it), a move in progress, a replicated
+ * partition (failover serves it) and a down target.
+ */
+export async function reassignLost(write: Write, topic: string, partition: number, toNode: string): Promise<{ from: string; epoch: number }> {
+  return write([`topic:${topic}`], async (c) => {
+    const p = await lockPartition(c, topic, partition);
+    if (p.state === "moving") throw new MoveRefused("move_in_progress", `${topic}/${partition} is being moved to ${p.move_to}; complete or abort that move first.`);
+    if (p.node_id === toNode) throw new MoveRefused("same_node", `${topic}/${partition} is on ${toNode} already.`);
+    if (p.replicas.length > 1) throw new MoveRefused("replicated", `${topic}/${partition} is replicated on ${p.replicas.join(", ")}: a live replica takes over by failover; nothing needs to be given up.`);
+    const n = await c.query<{ id: string; live: boolean }>("SELECT id, lease_expires_at > clock_timestamp() AS live FROM narad.nodes WHERE id = ANY($1)", [[p.node_id, toNode]]);
+    const target = n.rows.find((x) => x.id === toNode);
+    if (target === undefined) throw new MoveRefused("node_unknown", `No node ${JSON.stringify(toNode)} is registered.`);
+    if (!target.live) throw new MoveRefused("node_down", `Node ${toNode} is down; start it before placing partitions on it.`);
+    if (n.rows.find((x) => x.id === p.node_id)?.live === true) {
+      throw new NaradError("invalid_argument", `${topic}/${partition}'s owner ${p.node_id} is live: move it without accept_loss, which copies its log.`);
+    }
+    await c.query(
+      `UPDATE narad.partitions SET node_id = $3, replicas = ARRAY[$3], in_sync = ARRAY[$3], epoch = epoch + 1, version = nextval('narad.change_seq')
+        WHERE topic = $1 AND partition = $2`,
+      [topic, partition, toNode],
+    );
+    return { from: p.node_id, epoch: Number(p.epoch) + 1 };
+  });
+}
+
 /** Ends a move without switching owner, if the partition is still moving at expectedEpoch. */
 export async function abortMove(write: Write, topic: string, partition: number, expectedEpoch: number): Promise<void> {
   await write([`topic:${topic}`], async (c) => {

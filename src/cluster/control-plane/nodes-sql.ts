@@ -12,7 +12,8 @@ import { randomBytes } from "node:crypto";
 import type pg from "pg";
 import type { Logger } from "pino";
 import { NODE_NUMBER_LOCK_KEY } from "../schema.js";
-import type { Connections } from "./connections.js";
+import { NaradError } from "../../protocol/errors.js";
+import type { Connections, Write } from "./connections.js";
 import { CONTROL_PLANE_LIMITS, type Settings } from "./options.js";
 import { NODE_COLUMNS, NOTIFY_CHANNEL, type NodeRow } from "./rows.js";
 
@@ -89,4 +90,27 @@ export async function releaseLease(hbPool: pg.Pool, o: Node): Promise<void> {
      SELECT pg_notify($3, 'nodes') FROM u`,
     [o.nodeId, o.bootId, NOTIFY_CHANNEL],
   );
+}
+
+/**
+ * Retires a node for good (`narad node remove`, DELETE /v1/nodes/{id}): its row goes, so it is
+ * no longer listed, nor counted down. Refused (node_in_use) while its lease is live, or while any
+ * partition names it (owner, replica or move target): what it holds would be lost. Under the row
+ * lock, so a start of that node meanwhile either comes first (refused: live) or registers afresh.
+ */
+export async function removeNode(write: Write, id: string): Promise<void> {
+  await write(["nodes"], async (c) => {
+    const n = await c.query<{ live: boolean }>("SELECT lease_expires_at > clock_timestamp() AS live FROM narad.nodes WHERE id = $1 FOR UPDATE", [id]);
+    if (n.rows.length === 0) throw new NaradError("node_not_found", `No node ${JSON.stringify(id)} in the cluster.`);
+    if (n.rows[0]!.live) throw new NaradError("node_in_use", `Node ${id} is live; stop it (and wait for its lease to end) before removing it.`);
+    const held = await c.query<{ topic: string; partition: number }>(
+      "SELECT topic, partition FROM narad.partitions WHERE node_id = $1 OR move_to = $1 OR $1 = ANY(replicas) ORDER BY topic, partition LIMIT 11",
+      [id],
+    );
+    if (held.rows.length > 0) {
+      const list = held.rows.slice(0, 10).map((r) => `${r.topic}/${r.partition}`).join(", ");
+      throw new NaradError("node_in_use", `Node ${id} still holds ${list}${held.rows.length > 10 ? ", …" : ""}; move them to other nodes first (narad partition move).`);
+    }
+    await c.query("DELETE FROM narad.nodes WHERE id = $1", [id]);
+  });
 }

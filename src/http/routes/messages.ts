@@ -11,7 +11,7 @@ import type { Produced } from "../../broker/service.js";
 import { NaradError } from "../../protocol/errors.js";
 import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
 import { readBatch, readBody, readJson } from "../body.js";
-import { asObject, badExtend, checkKey, partitionParam, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
+import { asObject, badExtend, checkKey, headersFromRequest, headersHeaderValue, parseDelayMs, partitionParam, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
 import { abortOnClose, head, outcomeStatus, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
 import type { Ctx, RouteDeps } from "../router.js";
 
@@ -39,7 +39,9 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     if (idem.sequence + items.length - 1 > Number.MAX_SAFE_INTEGER) {
       throw new NaradError("invalid_argument", "The batch's last sequence (Narad-Sequence + messages - 1) would pass 2^53 - 1.");
     }
-    return items.map((it, i) => ({ key: it.key, payload: it.payload, producer: { id: idem.id, sequence: idem.sequence + i } }));
+    // The rest of each item (headers, a delay) goes along, so the broker refuses what this path
+    // cannot carry yet instead of it being dropped here.
+    return items.map((it, i) => ({ ...it, producer: { id: idem.id, sequence: idem.sequence + i } }));
   };
   const resultJson = (r: Produced) => (r.duplicate === true ? { partition: r.partition, offset: r.offset, duplicate: true } : { partition: r.partition, offset: r.offset });
 
@@ -49,9 +51,13 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     await svc.checkTopic(topic); // 404 before reading a body for a topic that does not exist
     const key = q.get("key");
     checkKey(key);
+    // A per-message delay and headers (issue 16 item 13): checked before the body is read.
+    const delayMs = parseDelayMs(q.get("delay_ms") ?? undefined);
+    const msgHeaders = headersFromRequest(req.headers[HEADERS.messageHeaders]);
     const idem = await idempotence(req);
     const payload = await readBody(req, LIMITS.messageBytesMax);
-    const [r] = await svc.produce(topic, idem === null ? [{ key, payload }] : numbered([{ key, payload }], idem), ctx.req);
+    const item = msgHeaders === undefined && delayMs === undefined ? { key, payload } : { key, payload, ...(msgHeaders !== undefined ? { headers: msgHeaders } : {}), ...(delayMs !== undefined ? { delayMs } : {}) };
+    const [r] = await svc.produce(topic, idem === null ? [item] : numbered([item], idem), ctx.req);
     // The owner that stored it, as a consume names the lease's owner (the verification toolkit
     // records it: a kill of that node is what can make a child receive a copy twice).
     const headers = [HEADERS.owner, r!.owner ?? nodeId, HEADERS.ownerBoot, r!.ownerBoot ?? bootId];
@@ -104,6 +110,7 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     if (o !== undefined) {
       headers.push(HEADERS.originTopic, o.topic, HEADERS.originPartition, String(o.partition), HEADERS.originOffset, String(o.offset), HEADERS.originDeliveries, String(o.deliveries), HEADERS.originProducedAt, String(o.produced_at));
     }
+    if (d.headers !== undefined) headers.push(HEADERS.messageHeaders, headersHeaderValue(d.headers));
     head(res, 200, headers);
     res.end(r.payload);
   });
@@ -113,7 +120,9 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
     const binary = wantsDeliveries(req);
     const ds = await svc.consume(topic, max, waitMs, abortOnClose(req, res, waitMs), ctx.req);
-    if (binary) return sendDeliveries(res, ds, nodeId, bootId);
+    // The binary encoding has no room for headers: a batch with any is answered in JSON (the
+    // Content-Type says which; the SDK reads either).
+    if (binary && !ds.some((d) => d.headers !== undefined)) return sendDeliveries(res, ds, nodeId, bootId);
     sendJson(res, 200, { messages: ds.map((d) => toJsonMessage(d, d.owner ?? nodeId, d.ownerBoot ?? bootId)), owner: nodeId, owner_boot: bootId });
   });
 

@@ -44,10 +44,11 @@ async function mayDeadLetterInto(svc: Service, principal: Principal | null, dlq:
   }
 }
 
-export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
+export function topicRoutes({ on, svc, audit }: RouteDeps, users: UserStoreApi): void {
   on("POST", "/v1/topics", "user", async (req, res, _p, _q, ctx) => {
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
     const name = body.name;
+    if (name === undefined) throw new NaradError("invalid_topic_name", 'The topic\'s "name" is required: {"name": "orders"}; it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.');
     if (typeof name !== "string" || !TOPIC_NAME_RE.test(name)) {
       throw new NaradError("invalid_topic_name", `Topic name ${shown(name)} is not valid: it must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$.`);
     }
@@ -73,6 +74,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       },
       ctx.principal === null ? null : { name: ctx.principal.name, id: ctx.principal.id },
     );
+    audit(ctx, "topic.create", { topic: name, partitions: topic.partitions });
     sendJson(res, 201, topicAnswer(topic, users));
   });
   on("GET", "/v1/topics", "user", (_req, res, _p, _q, ctx) =>
@@ -83,7 +85,18 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
         .map((t) => topicAnswer(t, users)),
     }),
   );
-  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => sendJson(res, 200, topicAnswer(await svc.getTopic(topicParam(p)), users)));
+  on("GET", "/v1/topics/:topic", "see", async (_req, res, p) => {
+    const name = topicParam(p);
+    const topic = topicAnswer(await svc.getTopic(name), users);
+    sendJson(res, 200, svc.topicStats === undefined ? topic : { ...topic, stats: await svc.topicStats(name) });
+  });
+  on("POST", "/v1/topics/:topic/purge", "manage", async (_req, res, p, _q, ctx) => {
+    if (svc.purgeTopic === undefined) throw new NaradError("not_implemented", "Purge is not built for a cluster yet; nothing was purged.");
+    const topic = topicParam(p);
+    const purged = await svc.purgeTopic(topic);
+    audit(ctx, "topic.purge", { topic, purged });
+    sendJson(res, 200, { purged });
+  });
   on("PATCH", "/v1/topics/:topic", "manage", async (req, res, p, _q, ctx) => {
     const name = topicParam(p);
     const body = asObject(await readJson(req, LIMITS.controlBodyBytesMax));
@@ -96,6 +109,7 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       visibility_timeout_ms: optInt(body, "visibility_timeout_ms", LIMITS.visibilityTimeoutMsMin, LIMITS.visibilityTimeoutMsMax),
       retention_ms: optInt(body, "retention_ms", LIMITS.retentionMsMin, LIMITS.retentionMsMax),
     });
+    audit(ctx, "topic.update", { topic: name, change: body });
     sendJson(res, 200, topicAnswer(topic, users));
   });
   // Redrive (src/broker/redrive.ts): consume on the dead-letter topic (this route's Perm), and
@@ -116,8 +130,10 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
     if (to !== undefined) await mayProduce(to);
     sendJson(res, 200, await redrive(svc, dlq, { maxMessages, ...(to !== undefined ? { to } : {}), mayProduce }, ctx.req));
   });
-  on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p) => {
-    await svc.deleteTopic(topicParam(p));
+  on("DELETE", "/v1/topics/:topic", "manage", async (_req, res, p, _q, ctx) => {
+    const topic = topicParam(p);
+    await svc.deleteTopic(topic);
+    audit(ctx, "topic.delete", { topic });
     sendEmpty(res, 204);
   });
 
@@ -160,11 +176,14 @@ export function topicRoutes({ on, svc }: RouteDeps, users: UserStoreApi): void {
       ...(url !== undefined ? { url } : {}),
       ...(credentials !== undefined ? { credentials } : {}),
     }, ctx.req);
+    audit(ctx, "child.attach", { topic: parent, child, kind, ...(url !== undefined ? { url } : {}) });
     sendJson(res, 201, link);
   });
   on("GET", "/v1/topics/:topic/children", "see", async (_req, res, p) => sendJson(res, 200, { children: await svc.listChildren(topicParam(p)) }));
   on("DELETE", "/v1/topics/:topic/children/:child", "manage", async (_req, res, p, _q, ctx) => {
-    await svc.detachChild(topicParam(p), p.child ?? "", ctx.req);
+    const topic = topicParam(p);
+    await svc.detachChild(topic, p.child ?? "", ctx.req);
+    audit(ctx, "child.detach", { topic, child: p.child ?? "" });
     sendEmpty(res, 204);
   });
 }

@@ -44,6 +44,8 @@ export const FAULT_KINDS: readonly FaultKind[] = [
 
 /** Fault kinds whose effect is only believed when the node later reports a different boot id. */
 export const FAULT_KINDS_NEEDING_EVIDENCE: readonly FaultKind[] = ["kill", "power-loss", "terminate", "start"];
+/** Fault kinds that undo another (a restart, a resume, a heal): a run's "faults" count the others. */
+export const HEALING_FAULT_KINDS: ReadonlySet<string> = new Set<FaultKind>(["start", "resume", "heal"]);
 
 /** A message id as the driver wrote it; numbers and strings name the same id when they print alike. */
 export type MsgId = string | number;

@@ -160,7 +160,10 @@ export const PROBE_VISIBILITY_TIMEOUT_MS = 1_000;
 export interface RunProgress {
   phase: "start" | "run" | "heal" | "recover" | "stop" | "catch-up" | "drain-wait" | "drain" | "audit" | "check" | "done";
   elapsedMs: number;
+  /** The rate over the last interval (it dips inside fault windows). */
   opsPerS: number;
+  /** The rate since the load began (the "run" phase): what the run as a whole did. */
+  opsPerSAvg: number;
   ops: number;
   /** Messages with a 202 not yet acked with a 204. */
   pending: number;
@@ -561,9 +564,17 @@ class RunProgressReporter {
     private readonly onProgress: RunOptions["onProgress"],
   ) {}
 
+  /** When the load began ("run"), and the operations completed then. */
+  private loadStart: { at: number; ops: number } | null = null;
+
   set(p: RunProgress["phase"]): void {
     this.phase = p;
+    if (p === "run" && this.loadStart === null) this.loadStart = { at: performance.now(), ops: this.completedOps() };
     this.emit(false);
+  }
+
+  private completedOps(): number {
+    return Object.values(this.tracker.counts.completed).reduce((a, b) => a + b, 0);
   }
 
   startTimer(intervalMs: number): void {
@@ -581,7 +592,8 @@ class RunProgressReporter {
     if (!this.onProgress) return;
     const now = performance.now();
     const counts = this.tracker.counts;
-    const ops = Object.values(counts.completed).reduce((a, b) => a + b, 0);
+    const ops = this.completedOps();
+    const ls = this.loadStart;
     if (tick) {
       this.opsPerS = now > this.lastTick ? ((ops - this.lastOps) * 1000) / (now - this.lastTick) : 0;
       this.lastOps = ops;
@@ -591,6 +603,7 @@ class RunProgressReporter {
       phase: this.phase,
       elapsedMs: Math.round(now - this.t0),
       opsPerS: Math.round(this.opsPerS),
+      opsPerSAvg: ls !== null && now > ls.at ? Math.round(((ops - ls.ops) * 1000) / (now - ls.at)) : 0,
       ops,
       pending: Math.max(0, counts.produceOk - this.tracker.ackedMessages),
       faults: counts.faultsInjected,

@@ -36,6 +36,8 @@ export interface EmbeddedPostgresHandle {
   /** URL of the default database `postgres`. */
   url: string;
   port: number;
+  /** Its directory (data and all), removed by stop(). */
+  dir: string;
   /** Creates a new empty database named `PREFIX_PID_SEQ` and returns its URL. */
   newDatabase(prefix?: string): Promise<string>;
   /** Stops the server (fast shutdown), keeping its data: an outage. */
@@ -145,6 +147,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedPostgresOptions = {}):
   return {
     url: `${base}/postgres`,
     port,
+    dir,
     async newDatabase(prefix = "narad") {
       const name = `${prefix}_${process.pid}_${++dbSeq}`;
       const c = new pg.Client({ connectionString: `${base}/postgres` });

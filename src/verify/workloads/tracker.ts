@@ -12,6 +12,7 @@
 // TRACKED_MAX, past which the tracker stops itemising and falls back to "wait a full visibility
 // timeout after the last consume" (still safe, only slower).
 
+import { HEALING_FAULT_KINDS } from "../history/types.js";
 import type { CompletionType } from "./protocol.js";
 
 /** Entries per map at most (unsettled deliveries; e2e messages). */
@@ -48,7 +49,6 @@ export interface TrackerCounts {
   faultsFailed: number;
 }
 
-const HEALING_KINDS: ReadonlySet<unknown> = new Set(["start", "resume", "heal"]);
 
 export class RunTracker {
   readonly counts: TrackerCounts = {
@@ -173,7 +173,7 @@ export class RunTracker {
         break;
       case "fault":
         c.faults++;
-        if (!HEALING_KINDS.has(op.value["kind"])) c.faultsInjected++;
+        if (!HEALING_FAULT_KINDS.has(String(op.value["kind"]))) c.faultsInjected++;
         if (type !== "ok") c.faultsFailed++;
         break;
     }

@@ -154,7 +154,7 @@ export const json: Family = {
     ] as [string, Expect][]) {
       await post("POST", `/v1/topics/${topic}/messages/batch`, body, e);
     }
-    for (const [ct, e] of [["text/plain", { errors: ["unsupported_media_type"] }], ["application/x-www-form-urlencoded", { errors: ["unsupported_media_type"] }], ["APPLICATION/JSON; charset=utf-8", { ok: [202] }]] as [string, Expect][]) {
+    for (const [ct, e] of [["application/xml", { errors: ["unsupported_media_type"] }], ["text/plain", { ok: [202] }], ["application/x-www-form-urlencoded", { ok: [202] }], ["APPLICATION/JSON; charset=utf-8", { ok: [202] }]] as [string, Expect][]) {
       const p = Buffer.from(`json-ct-${ctx.rng.int(0, 1e9)}`);
       const ex = await post("POST", `/v1/topics/${topic}/messages/batch`, JSON.stringify({ messages: [{ payload_base64: p.toString("base64") }] }), e, ct);
       if (ex.responses[0]?.status === 202) ctx.ledger.record202(topic, ex.responses[0].body, [p]);
