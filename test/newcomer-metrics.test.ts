@@ -14,6 +14,7 @@ import { REPO_ROOT, waitFor } from "./harness.js";
 
 /** Documented metrics a single node cannot move, and where they are driven. */
 const ELSEWHERE: Record<string, string> = {
+  narad_dead_letter_move_failures_total: "test/dead-letters.test.ts (a move retried while its dead-letter topic is gone)",
   narad_child_copy_held_partitions: "test/hardening.test.ts (a damaged children.cursors)",
   narad_forwarded_requests_total: "cluster only (a request reaching a node that does not own the partition)",
   narad_replication_lag_records: "cluster only (replicated topics)",
@@ -154,6 +155,20 @@ describe("issue 16 item 2: every documented metric moves", () => {
     } finally {
       await streamed.close();
     }
+    // Dead letters: a message out of deliveries moves to its dead-letter topic, and back by a redrive.
+    await c.createTopic({ name: "m-dlq" });
+    await c.createTopic({ name: "dl", maxDeliveries: 1, deadLetterTopic: "m-dlq" });
+    await c.produce("dl", "poison");
+    const poison = await c.consume("dl");
+    assert.ok(poison !== null);
+    await c.nack("dl", poison.receiptHandle);
+    const moved1 = await waitFor(async () => {
+      const t = await c.metrics();
+      return value(t, "narad_dead_lettered_messages_total", { topic: "dl" }) > 0 ? t : null;
+    }, { what: "the nacked message moved to the dead-letter topic" });
+    see(moved1, "narad_dead_lettered_messages_total", { topic: "dl" }, settled);
+    assert.equal((await c.redrive("m-dlq")).moved, 1);
+    see(await c.metrics(), "narad_redriven_messages_total", { topic: "m-dlq" }, settled);
     if (value(settled, "narad_process_cpu_seconds_total") > value(first, "narad_process_cpu_seconds_total")) moved.add("narad_process_*");
     if (value(settled, "narad_nodejs_heap_size_used_bytes") !== value(first, "narad_nodejs_heap_size_used_bytes")) moved.add("narad_nodejs_*");
 
