@@ -24,7 +24,10 @@ const DOC = join(ROOT, "docs/verification-clients.md");
  * (a cut of 3 s, under the server's 5 s; one of 8 s, over it), the 3.x ordered consumer across
  * the same 8 s cut, and the 3.x KV watcher (a push ordered consumer of its own) across it too.
  */
-const SHORT_FORM = ["nats2/push-ordered/cut-3", "nats2/push-ordered/cut-8", "nats3/ordered/cut-8", "nats3/kv-watch/cut-8", "nats3/ordered/reset-handshake"];
+// nats3/ordered/reset-handshake is left to the full matrix (npm run verify:clients): once, under
+// the full suite's load, its run was judged invalid where the table expects valid, and a short
+// form must not depend on where a reset lands in a loaded machine's handshake.
+const SHORT_FORM = ["nats2/push-ordered/cut-3", "nats2/push-ordered/cut-8", "nats3/ordered/cut-8", "nats3/kv-watch/cut-8", "nats2/kv-watch/cut-8"];
 
 test("the expected table has exactly one row per matrix cell, each naming an installed client's major version", async () => {
   const doc = await readFile(DOC, "utf8");

@@ -605,7 +605,10 @@ export class Broker {
       throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     }
     const groups = new Map([[partition, items.map((_, i) => i)]]);
-    const results = items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, groups) : await this.appendGroups(t, toAppendInputs(items, this.opts.clock.nowMs()), groups);
+    // One clock reading for the produce time and a delay's not-before, so a delayed message is
+    // never due before its produce time plus the delay.
+    const nowMs = this.opts.clock.nowMs();
+    const results = items[0]?.producer !== undefined ? await this.appendIdempotent(t, items, groups) : await this.appendGroups(t, toAppendInputs(items, nowMs), groups, undefined, nowMs);
     if (!this.owns(t, p)) {
       throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
     }
@@ -625,7 +628,7 @@ export class Broker {
     const results =
       items[0]?.producer !== undefined
         ? await this.appendIdempotent(t, items, idempotentGroups(items, t.partitions.length))
-        : await this.appendTo(t, toAppendInputs(items, this.opts.clock.nowMs()));
+        : await this.appendToAt(t, items);
     if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
     this.metrics.produced.inc({ topic: topicName }, items.length);
     return results;
@@ -635,7 +638,13 @@ export class Broker {
    * Appends to a topic's partitions and resolves once every record is durable (fsync before
    * 202: docs/architecture.md). Used by produce and by copies into child topics.
    */
-  private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[]): Promise<{ partition: number; offset: number }[]> {
+  /** appendTo with one clock reading for the produce time and a delay's not-before. */
+  private appendToAt(t: Topic, items: readonly ProduceItem[]): Promise<{ partition: number; offset: number }[]> {
+    const nowMs = this.opts.clock.nowMs();
+    return this.appendTo(t, toAppendInputs(items, nowMs), nowMs);
+  }
+
+  private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[], nowMs?: number): Promise<{ partition: number; offset: number }[]> {
     const n = t.partitions.length;
     // Unkeyed messages of one request go together to the next partition in turn (a "sticky"
     // partitioner, as Kafka's producer does): one append and one fdatasync per batch instead of
@@ -643,7 +652,7 @@ export class Broker {
     const unkeyedPartition = t.produceRr++ % n;
     if (t.produceRr > 0x3fffffff) t.produceRr %= n;
     const groups = groupByPartition(items.map((it) => it.key), n, unkeyedPartition);
-    return this.appendGroups(t, items, groups);
+    return this.appendGroups(t, items, groups, undefined, nowMs);
   }
 
   /**
@@ -669,9 +678,11 @@ export class Broker {
     items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[],
     groups: Map<number, number[]>,
     onAssigned?: (partition: number, baseOffset: number) => void,
+    /** The produce time (default: now). */
+    nowMs?: number,
   ): Promise<{ partition: number; offset: number }[]> {
     const bytes = messagesBytesEstimate(items);
-    const now = this.opts.clock.nowMs();
+    const now = nowMs ?? this.opts.clock.nowMs();
     const started = this.opts.clock.monoMs();
     const results = new Array<{ partition: number; offset: number }>(items.length);
     const durables: Promise<void>[] = [];
