@@ -187,6 +187,11 @@ const CONFIGS = {
       rate: 1_500,
       payloadBytesMin: 16_384,
       payloadBytesMax: 65_536,
+      // One consumer lane, so a backlog builds: what the bug loses was never delivered (on a fast
+      // machine the consumers took every record at once, and a lost record that was delivered
+      // and acked before the failover leaves no trace; a fresh-clone CI run judged it valid).
+      consumers: 1,
+      consumerLanes: 1,
     },
     precondition: needFault("power-loss"),
   },
@@ -236,14 +241,15 @@ export const CALIBRATION_CASES: readonly CalibrationCase[] = [
   row("children", "delay-early-after-restart", "early-delivery"),
   row("children", "copy-cursors-not-persisted", "duplicate-after-ack"),
   row("repl-lag-kill", null, null),
-  row("repl-lag-kill", "elect-incomplete-follower", "lost"),
+  // Lost records that were delivered before the failover show only as a replay stepping over them.
+  row("repl-lag-kill", "elect-incomplete-follower", ["lost", "skip"]),
   row("repl-kill", null, null),
   row("repl-kill", "acks-not-replicated", "duplicate-after-ack"),
   row("repl-isolate", null, null),
   // The fenced leader's 204 comes before or after the new leader's delivery: either shape.
   row("repl-isolate", "fenced-leader-answers", ["duplicate-after-ack", "double-lease"]),
   row("repl-lag-power-loss", null, null),
-  row("repl-lag-power-loss", "follower-ack-before-fsync", "lost"),
+  row("repl-lag-power-loss", "follower-ack-before-fsync", ["lost", "skip"]),
 ];
 
 /**
