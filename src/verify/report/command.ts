@@ -28,12 +28,26 @@ export interface CheckCommandArgs {
   options?: CheckOptions;
 }
 
+/** What the command needs of a model: judge a history, render its reports, summarise it. */
+interface Model<R extends { verdict: string }> {
+  judge(history: string): Promise<R>;
+  json(r: R): string;
+  html(r: R): string;
+  summary(r: R, written: { jsonPath?: string; htmlPath?: string }): string;
+}
+
 export async function runCheckCommand(args: CheckCommandArgs, out: NodeJS.WritableStream): Promise<number> {
-  // The config line names the model; a stream history (SPEC.md "The stream model") has its own checker.
-  if ((await historyModel(args.history)) === "stream") return runStreamCheck(args, out);
-  let report;
+  // The config line names the model; a stream history (the stream model of docs/verification-clients.md) has its own checker.
+  if ((await historyModel(args.history)) === "stream") {
+    return runModel(args, out, { judge: checkStream, json: renderStreamJson, html: renderStreamHtml, summary: formatStreamSummary });
+  }
+  return runModel(args, out, { judge: (h) => check(h, args.options), json: renderJson, html: renderHtml, summary: formatSummary });
+}
+
+async function runModel<R extends { verdict: string }>(args: CheckCommandArgs, out: NodeJS.WritableStream, m: Model<R>): Promise<number> {
+  let report: R;
   try {
-    report = await check(args.history, args.options);
+    report = await m.judge(args.history);
   } catch (err) {
     if (err instanceof HistoryFormatError) {
       out.write(`narad verify check: UNKNOWN — malformed history ${args.history}, line ${err.line}: ${err.reason}\n`);
@@ -48,8 +62,8 @@ export async function runCheckCommand(args: CheckCommandArgs, out: NodeJS.Writab
   let failed = false;
   const written: { jsonPath?: string; htmlPath?: string } = {};
   for (const [path, render, key] of [
-    [args.json, renderJson, "jsonPath"],
-    [args.html, renderHtml, "htmlPath"],
+    [args.json, m.json, "jsonPath"],
+    [args.html, m.html, "htmlPath"],
   ] as const) {
     if (path === undefined) continue;
     try {
@@ -60,42 +74,7 @@ export async function runCheckCommand(args: CheckCommandArgs, out: NodeJS.Writab
       out.write(`narad verify check: cannot write ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}\n`);
     }
   }
-  out.write(formatSummary(report, written));
-  if (failed) return EXIT_CANNOT_READ;
-  return report.verdict === "valid" ? EXIT_VALID : report.verdict === "invalid" ? EXIT_INVALID : EXIT_UNKNOWN;
-}
-
-async function runStreamCheck(args: CheckCommandArgs, out: NodeJS.WritableStream): Promise<number> {
-  let report;
-  try {
-    report = await checkStream(args.history);
-  } catch (err) {
-    if (err instanceof HistoryFormatError) {
-      out.write(`narad verify check: UNKNOWN — malformed history ${args.history}, line ${err.line}: ${err.reason}\n`);
-      return EXIT_UNKNOWN;
-    }
-    if (err instanceof HistoryReadError) {
-      out.write(`narad verify check: ${err.message}\n`);
-      return EXIT_CANNOT_READ;
-    }
-    throw err;
-  }
-  let failed = false;
-  const written: { jsonPath?: string; htmlPath?: string } = {};
-  for (const [path, text, key] of [
-    [args.json, args.json === undefined ? "" : renderStreamJson(report), "jsonPath"],
-    [args.html, args.html === undefined ? "" : renderStreamHtml(report), "htmlPath"],
-  ] as const) {
-    if (path === undefined) continue;
-    try {
-      await writeFile(path, text);
-      written[key] = path;
-    } catch (err) {
-      failed = true;
-      out.write(`narad verify check: cannot write ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}\n`);
-    }
-  }
-  out.write(formatStreamSummary(report, written));
+  out.write(m.summary(report, written));
   if (failed) return EXIT_CANNOT_READ;
   return report.verdict === "valid" ? EXIT_VALID : report.verdict === "invalid" ? EXIT_INVALID : EXIT_UNKNOWN;
 }
