@@ -9,6 +9,7 @@
 // and the others are the hooks of BrokerFaults, which a production broker leaves at NO_FAULTS.
 
 import type { AckLog, AppendInput, PartitionLog, StoredRecord } from "../storage/types.js";
+import { ForwardingAckLog } from "../storage/forwarding-ack-log.js";
 import type { SettleAction } from "./broker.js";
 import type { CopyCursors } from "./children.js";
 import { NO_FAULTS, type BrokerFaults } from "./faults.js";
@@ -78,67 +79,6 @@ export function seededFaults(names: readonly SeededBugName[]): BrokerFaults {
     // One delivery fewer than the topic allows.
     maxDeliveries: (max) => (on.has("dead-letter-early") && Number.isFinite(max) ? Math.max(1, max - 1) : max),
   };
-}
-
-/** An ack log that forwards every call to `inner`: the storage lies below override what they lie about. */
-class ForwardingAckLog implements AckLog {
-  constructor(protected readonly inner: AckLog) {}
-
-  get floor(): number {
-    return this.inner.floor;
-  }
-
-  get ackedAboveFloor(): number {
-    return this.inner.ackedAboveFloor;
-  }
-
-  isAcked(offset: number): boolean {
-    return this.inner.isAcked(offset);
-  }
-
-  ack(offset: number): void {
-    this.inner.ack(offset);
-  }
-
-  raiseFloor(offset: number): void {
-    this.inner.raiseFloor(offset);
-  }
-
-  ackRange(start: number, end: number): void {
-    this.inner.ackRange(start, end);
-  }
-
-  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
-    return this.inner.settledRanges(rangesMax);
-  }
-
-  deliveries(offset: number): number {
-    return this.inner.deliveries(offset);
-  }
-
-  deadLetterAsked(offset: number): boolean {
-    return this.inner.deadLetterAsked(offset);
-  }
-
-  recordDeliveries(offset: number, count: number, deadLetter?: boolean): void {
-    this.inner.recordDeliveries(offset, count, deadLetter);
-  }
-
-  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
-    this.inner.forEachDelivery(fn);
-  }
-
-  flushAndSync(): Promise<void> {
-    return this.inner.flushAndSync();
-  }
-
-  closeIdleFile(idleMs: number): void {
-    this.inner.closeIdleFile(idleMs);
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
-  }
 }
 
 /** acks-not-persisted: an ack settles the offset in memory and never reaches the ack log. */

@@ -15,4 +15,5 @@ export { openPartitionLog, FilePartitionLog, type LogStats } from "./partition-l
 export { openAckLog, FileAckLog, type AckLogRecovery, type AckLogStats, ACK_LOG_FILE, ACK_SNAPSHOT_FILE } from "./ack-log.js";
 export { PAYLOAD_BYTES_MAX, KEY_BYTES_MAX, ATTR_BYTES_MAX, recordBytes } from "./record.js";
 export { encodeAttrs, decodeAttrs, ATTR_TAG, PRODUCER_ID_BYTES, type RecordAttrs, type RecordOrigin } from "./attrs.js";
+export { ForwardingAckLog } from "./forwarding-ack-log.js";
 export { truncateLogDir, resetLogDir, type TruncateReport } from "./truncate.js";

@@ -38,6 +38,7 @@ import type { Clock } from "../../platform/clock.js";
 import type { Scheduler, Timer } from "../../platform/scheduler.js";
 import type { CopyCursors } from "../../broker/children.js";
 import type { AckLog, AppendInput, PartitionLog, RecoveryReport, StoredRecord } from "../../storage/index.js";
+import { ForwardingAckLog } from "../../storage/index.js";
 import type { PeerRequest, PeerResponse } from "../peers.js";
 import { encodeRecords, shippedBytes, type ShippedRecord } from "./codec.js";
 import { cutHistory, readReplicaFile, withEpoch, writeReplicaFile, type EpochEntry } from "./history.js";
@@ -711,57 +712,26 @@ export class ReplicatedLog implements PartitionLog {
 }
 
 /** The leader's ack log: the partition's own, whose every ack is also queued for the followers. */
-class ShippingAcks implements AckLog {
+class ShippingAcks extends ForwardingAckLog {
   constructor(
-    private readonly inner: AckLog,
+    inner: AckLog,
     private readonly leader: ReplicatedLog,
-  ) {}
-  get floor(): number {
-    return this.inner.floor;
+  ) {
+    super(inner);
   }
-  get ackedAboveFloor(): number {
-    return this.inner.ackedAboveFloor;
-  }
-  isAcked(offset: number): boolean {
-    return this.inner.isAcked(offset);
-  }
-  ack(offset: number): void {
+  override ack(offset: number): void {
     if (this.inner.isAcked(offset)) return;
     this.inner.ack(offset);
     this.leader.noteAck(offset);
   }
-  raiseFloor(offset: number): void {
+  override raiseFloor(offset: number): void {
     this.inner.raiseFloor(offset);
     this.leader.noteFloor(offset);
   }
-  flushAndSync(): Promise<void> {
-    return this.inner.flushAndSync();
-  }
-  closeIdleFile(idleMs: number): void {
-    this.inner.closeIdleFile(idleMs);
-  }
-  ackRange(start: number, end: number): void {
-    this.inner.ackRange(start, end);
-  }
-  settledRanges(rangesMax: number): { floor: number; ranges: [number, number][] } {
-    return this.inner.settledRanges(rangesMax);
-  }
-  deliveries(offset: number): number {
-    return this.inner.deliveries(offset);
-  }
-  deadLetterAsked(offset: number): boolean {
-    return this.inner.deadLetterAsked(offset);
-  }
   /** Delivery counts ship with the acks (SPEC "Replicated partitions": consumer state follows the log). */
-  recordDeliveries(offset: number, count: number, deadLetter = false): void {
+  override recordDeliveries(offset: number, count: number, deadLetter = false): void {
     this.inner.recordDeliveries(offset, count, deadLetter);
     this.leader.noteDeliveries(offset, count, deadLetter);
-  }
-  forEachDelivery(fn: (offset: number, count: number, deadLetter: boolean) => void): void {
-    this.inner.forEachDelivery(fn);
-  }
-  close(): Promise<void> {
-    return this.inner.close();
   }
 }
 
