@@ -15,7 +15,7 @@ import { createWriteStream } from "node:fs";
 import type { Writable } from "node:stream";
 import { createRunClock, type RunClock } from "./clock.js";
 import { FAULT_KINDS, type EventType, type FaultKind, type MsgId } from "./types.js";
-import { LineProblem } from "./validate.js";
+import { describe, isObject, needMsg, needString, problem } from "./validate.js";
 
 export type StreamOpName = "config" | "publish" | "deliver" | "client-event" | "drain" | "fault";
 export const STREAM_OP_NAMES: readonly StreamOpName[] = ["config", "publish", "deliver", "client-event", "drain", "fault"];
@@ -82,43 +82,12 @@ const OP_SET: ReadonlySet<string> = new Set(STREAM_OP_NAMES);
 const TYPE_SET: ReadonlySet<string> = new Set(["invoke", "ok", "fail", "info"]);
 const FAULT_SET: ReadonlySet<string> = new Set(FAULT_KINDS);
 
-function problem(reason: string): never {
-  throw new LineProblem(reason);
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-function describe(v: unknown): string {
-  if (v === null) return "null";
-  if (Array.isArray(v)) return "an array";
-  if (typeof v === "string") return `the string ${JSON.stringify(v.length > 40 ? v.slice(0, 40) + "…" : v)}`;
-  if (typeof v === "number") return `the number ${v}`;
-  return `a ${typeof v}`;
-}
-
-function needString(obj: Record<string, unknown>, field: string, where: string): string {
-  const v = obj[field];
-  if (v === undefined) problem(`${where}: missing field ${field}`);
-  if (typeof v !== "string" || v.length === 0) problem(`${where}: ${field} must be a nonempty string, not ${describe(v)}`);
-  return v;
-}
-
 /** Stream sequences start at 1 (NATS, Kafka offsets + 1): 0 is refused so a default never passes for one. */
 function needSeq(obj: Record<string, unknown>, field: string, where: string): number {
   const v = obj[field];
   if (v === undefined) problem(`${where}: missing field ${field}`);
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) problem(`${where}: ${field} must be an integer ≥ 1, not ${describe(v)}`);
   return v;
-}
-
-function needMsg(obj: Record<string, unknown>, where: string): void {
-  const v = obj["msg"];
-  if (v === undefined) problem(`${where}: missing field msg`);
-  if (!((typeof v === "string" && v.length > 0) || (typeof v === "number" && Number.isFinite(v)))) {
-    problem(`${where}: msg must be a nonempty string or a number, not ${describe(v)}`);
-  }
 }
 
 function validateStreamValue(type: EventType, f: StreamOpName, value: Record<string, unknown>): void {
@@ -135,14 +104,14 @@ function validateStreamValue(type: EventType, f: StreamOpName, value: Record<str
     case "publish":
       if (type === "invoke") {
         needString(value, "stream", where);
-        needMsg(value, where);
+        needMsg(value, "msg", where);
       } else if (type === "ok") {
         needSeq(value, "seq", where);
       }
       return;
     case "deliver":
       if (type !== "ok") problem(`deliver is a single ok line, not ${type}`);
-      needMsg(value, where);
+      needMsg(value, "msg", where);
       needSeq(value, "seq", where);
       return;
     case "client-event":

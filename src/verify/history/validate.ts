@@ -45,15 +45,15 @@ const OP_SET: ReadonlySet<string> = new Set(OP_NAMES);
 const FAULT_SET: ReadonlySet<string> = new Set(FAULT_KINDS);
 const CHILD_KINDS: ReadonlySet<string> = new Set(["fanout", "delay", "replica", "remote"]);
 
-function problem(reason: string): never {
+export function problem(reason: string): never {
   throw new LineProblem(reason);
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
+export function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function describe(v: unknown): string {
+export function describe(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "an array";
   if (typeof v === "string") return `the string ${JSON.stringify(v.length > 40 ? v.slice(0, 40) + "…" : v)}`;
@@ -61,7 +61,7 @@ function describe(v: unknown): string {
   return `a ${typeof v}`;
 }
 
-function needString(obj: Record<string, unknown>, field: string, where: string): string {
+export function needString(obj: Record<string, unknown>, field: string, where: string): string {
   const v = obj[field];
   if (v === undefined) problem(`${where}: missing field ${field}`);
   if (typeof v !== "string" || v.length === 0) problem(`${where}: ${field} must be a nonempty string, not ${describe(v)}`);
@@ -77,7 +77,7 @@ function needUint(obj: Record<string, unknown>, field: string, where: string): n
   return v;
 }
 
-function needMsg(obj: Record<string, unknown>, field: string, where: string): void {
+export function needMsg(obj: Record<string, unknown>, field: string, where: string): void {
   const v = obj[field];
   if (v === undefined) problem(`${where}: missing field ${field}`);
   if (!((typeof v === "string" && v.length > 0) || (typeof v === "number" && Number.isFinite(v)))) {
