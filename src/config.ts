@@ -62,10 +62,12 @@ export const SETTINGS: Setting[] = [
   { key: "limits.pending_sync_bytes", kind: "int", min: MiB, max: 4096 * MiB, default: 64 * MiB, help: "answer 429 when this many bytes wait for fsync" },
   { key: "limits.long_polls", kind: "int", min: 1, max: 1_000_000, default: 10_000, help: "answer 429 when this many long polls wait" },
   { key: "limits.partitions", kind: "int", min: 1, max: 10_000_000, help: "most partitions this node holds; a create or grow past it answers 409 partitions_limit (default: from the descriptor limit, (RLIMIT_NOFILE - max(256, RLIMIT_NOFILE/4)) / 4)" },
+  { key: "limits.stream_connections", kind: "int", min: 1, max: 1_000_000, help: "most streaming-protocol connections open at once; a handshake past it answers 429 too_many_streams (default: half the descriptors kept for connections, max(256, RLIMIT_NOFILE/4) / 2)" },
   { key: "limits.consume_bytes", kind: "int", min: LIMITS.messageBytesMax, max: 256 * MiB, default: 8 * MiB, help: "largest payload total of one consume batch answer" },
   { key: "http.headers_timeout_ms", kind: "int", min: 100, max: 600_000, default: 20_000, help: "headers must arrive within this time" },
   { key: "http.request_timeout_ms", kind: "int", min: 100, max: 3_600_000, default: 60_000, help: "a whole request must arrive within this time" },
   { key: "http.keep_alive_timeout_ms", kind: "int", min: 100, max: 3_600_000, default: 65_000, help: "idle keep-alive connections close after this" },
+  { key: "stream.idle_timeout_ms", kind: "int", min: 1000, max: 86_400_000, default: 300_000, help: "a stream connection with no frame read and nothing in flight this long gets GOAWAY stream_idle and is closed" },
   { key: "http.shutdown_grace_ms", kind: "int", min: 0, max: 600_000, default: 10_000, help: "on SIGTERM, wait this long for in-flight requests" },
   { key: "topic_defaults.partitions", kind: "int", min: 1, max: LIMITS.partitionsMax, default: DEFAULTS.partitions, help: "partitions of a new topic" },
   {

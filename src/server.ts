@@ -198,6 +198,8 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
     requestTimeoutMs: cfg["http.request_timeout_ms"] as number,
     keepAliveTimeoutMs: cfg["http.keep_alive_timeout_ms"] as number,
     streamCreditBytes: streamCreditBytes(cfg["limits.pending_sync_bytes"] as number),
+    streamConnectionsMax: (cfg["limits.stream_connections"] as number | undefined) ?? Math.max(1, Math.floor(descriptorsReserved(fds.limit) / 2)),
+    streamIdleTimeoutMs: cfg["stream.idle_timeout_ms"] as number,
     nowMs: () => systemClock.nowMs(),
   };
   const urlOf = (server: Server) => {

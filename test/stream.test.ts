@@ -72,7 +72,7 @@ class RawStream {
   }
 
   /** Asks for the upgrade; resolves with the stream, or with the HTTP answer when refused. */
-  static open(url: string, authorization?: string): Promise<RawStream | { status: number; body: string }> {
+  static open(url: string, authorization?: string): Promise<RawStream | { status: number; body: string; headers: Record<string, string> }> {
     const u = new URL(url);
     return new Promise((resolve, reject) => {
       const s = connect(Number(u.port), u.hostname);
@@ -94,7 +94,7 @@ class RawStream {
           if (buf.length < end + 4 + len) return;
           s.off("data", onData);
           s.destroy();
-          resolve({ status, body: buf.subarray(end + 4, end + 4 + len).toString("utf8") });
+          resolve({ status, headers, body: buf.subarray(end + 4, end + 4 + len).toString("utf8") });
           return;
         }
         s.off("data", onData);
@@ -349,6 +349,70 @@ test("stream: the answers of one commit leave in one socket write (each write op
     assert.match(metrics, /^narad_stream_connections 1$/m);
     assert.match(metrics, /^narad_stream_frames_total\{answer="ok"\} 500$/m);
     s.socket.destroy();
+    await c.close();
+  });
+});
+
+test("stream: a connection idle past stream.idle_timeout_ms gets GOAWAY stream_idle (408, definite) and is closed; the SDK's next produce opens a new connection by itself", async () => {
+  await withNode({ env: { NARAD_STREAM_IDLE_TIMEOUT_MS: "1000" } }, async (n) => {
+    const c = new Narad({ url: n.url });
+    await c.createTopic({ name: "idle", partitions: 1 });
+    const s = await RawStream.must(n.url);
+    s.send(encodeProduce(1, "idle", null, Buffer.from("before the idle")));
+    await s.answered([1]);
+    s.ok(1);
+    // Nothing in flight from here: the sweep closes it once a second has passed without a frame.
+    await s.closed;
+    assert.ok(s.goaway !== null, "a GOAWAY came before the close");
+    assert.equal(s.goaway.code, "stream_idle");
+    assert.equal(s.goaway.status, 408);
+    assert.equal(s.goaway.definite, true);
+
+    const sdk = new Narad({ url: n.url, transport: "stream" });
+    try {
+      const first = await sdk.produce("idle", "one");
+      // The node counts open stream connections; it falls to 0 once the idle one is closed.
+      await waitFor(async () => /^narad_stream_connections 0$/m.test(await c.metrics()), { what: "the SDK's idle stream closed by the node", timeoutMs: 20_000 });
+      const second = await sdk.produce("idle", "two");
+      assert.deepEqual([first.partition, second.partition], [0, 0]);
+      assert.equal(second.offset, first.offset + 1);
+    } finally {
+      await sdk.close();
+    }
+    const all = await readAll(c, "idle", 1);
+    assert.deepEqual([...all.values()], ["before the idle", "one", "two"]);
+    await c.close();
+  });
+});
+
+test("stream: past limits.stream_connections a handshake is refused 429 too_many_streams with Retry-After (the JSON body); a slot freed is taken again", async () => {
+  await withNode({ env: { NARAD_LIMITS_STREAM_CONNECTIONS: "2" } }, async (n) => {
+    const c = new Narad({ url: n.url });
+    await c.createTopic({ name: "capped", partitions: 1 });
+    const a = await RawStream.must(n.url);
+    const b = await RawStream.must(n.url);
+    const refused = await RawStream.open(n.url);
+    assert.ok(!(refused instanceof RawStream), "the third handshake is refused");
+    assert.equal(refused.status, 429);
+    assert.equal((JSON.parse(refused.body) as { error: { code: string } }).error.code, "too_many_streams");
+    assert.equal(refused.headers["retry-after"], "1");
+    // The open ones still work.
+    a.send(encodeProduce(1, "capped", null, Buffer.from("a")));
+    b.send(encodeProduce(1, "capped", null, Buffer.from("b")));
+    await a.answered([1]);
+    await b.answered([1]);
+    a.ok(1);
+    b.ok(1);
+    b.socket.end();
+    await b.closed;
+    await waitFor(async () => /^narad_stream_connections 1$/m.test(await c.metrics()), { what: "the closed stream no longer counted", timeoutMs: 20_000 });
+    const again = await RawStream.must(n.url);
+    again.send(encodeProduce(7, "capped", null, Buffer.from("c")));
+    await again.answered([7]);
+    again.ok(7);
+    again.socket.end();
+    a.socket.end();
+    await Promise.all([again.closed, a.closed]);
     await c.close();
   });
 });

@@ -13,7 +13,9 @@
 //   the node read was answered before it, so a frame still unanswered was never read: definite,
 //   the GOAWAY's code (shutting_down when the node stops). A connection cut without a GOAWAY
 //   leaves its unanswered frames ambiguous (network_error), like an HTTP request whose answer was
-//   lost. A call not yet written when a connection ends goes on the next one.
+//   lost. A call not yet written when a connection ends goes on the next one, and so do the
+//   unanswered calls of a GOAWAY stream_idle (the node closed an idle connection while a frame
+//   crossed it: never read, so sent again, not failed).
 // - The node does not offer the stream (an older node, a proxy that does not pass Upgrade: the
 //   handshake answers an error or no 101): the transport says so once and the SDK goes on over
 //   HTTP. Wrong credentials at the handshake reject the waiting calls with the 401 (definite).
@@ -87,6 +89,8 @@ export class StreamTransport {
   #closeWaiters: (() => void)[] = [];
   /** Set when the connection is ended because an answer is late: its calls fail request_timeout. */
   #timedOut = false;
+  /** Set from a GOAWAY until the connection closes: nothing more is written on it. */
+  #goingAway = false;
 
   constructor(private readonly o: StreamTransportOptions) {}
 
@@ -138,7 +142,7 @@ export class StreamTransport {
   #write(): void {
     this.#writeQueued = false;
     const s = this.#socket;
-    if (s === null) return;
+    if (s === null || this.#goingAway) return;
     const out: Buffer[] = [];
     const now = performance.now();
     while (this.#queue.length > 0 && this.#inFlight.size < this.#framesInFlightMax) {
@@ -256,6 +260,7 @@ export class StreamTransport {
           } else if (t === FRAME.goaway) {
             const e = decodeError(f);
             goaway = new NaradRequestError(e.status, e.code, `${e.message} (the node closed the stream; this message was not read: nothing was stored)`, true, e.retryAfterS);
+            this.#goingAway = true;
             socket.end(); // the node reads nothing more; it closes once we did
           }
         }
@@ -273,9 +278,15 @@ export class StreamTransport {
           ? new NaradAmbiguousError("request_timeout", `produce: no answer on the stream within ${this.o.requestTimeoutMs} ms; the message may or may not be stored`)
           : new NaradAmbiguousError("network_error", "produce: the stream connection closed before the answer came; the message may or may not be stored");
         this.#timedOut = false;
-        for (const c of this.#inFlight.values()) c.reject(goaway ?? lost);
+        this.#goingAway = false;
+        if (goaway?.code === "stream_idle") {
+          // Never read (the GOAWAY rule): back to the front of the queue, in the order sent.
+          this.#queue.unshift(...this.#inFlight.values());
+        } else {
+          for (const c of this.#inFlight.values()) c.reject(goaway ?? lost);
+        }
         this.#inFlight.clear();
-        if (this.#queue.length > 0 && !this.#closed) this.#connect();
+        if (this.#queue.length > 0) this.#connect(); // close() waits for every call, queued ones too
         else this.#notifyClosed();
       });
       const nodeId = header(res, "narad-node");

@@ -72,6 +72,9 @@ export interface HttpOptions {
   notReady?: () => string | null;
   /** The streaming protocol's credit per connection (src/http/stream.ts); default from a 64 MiB limits.pending_sync_bytes. */
   streamCreditBytes?: number;
+  /** limits.stream_connections and stream.idle_timeout_ms (src/http/stream.ts has their defaults). */
+  streamConnectionsMax?: number;
+  streamIdleTimeoutMs?: number;
 }
 
 export interface NaradHttpServer {
@@ -301,7 +304,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     else answerRaw(socket, new NaradError("bad_request", `Malformed HTTP request: ${err.code ?? err.message}.`), "Bad Request");
   });
   // The streaming protocol (GET /v1/stream, Upgrade: narad-stream): src/http/stream.ts.
-  const streams = createStreamServer({ svc, users: opts.users, nodeId, bootId, logger: opts.logger, creditBytes: opts.streamCreditBytes ?? streamCreditBytes(64 * 1024 * 1024), ...(opts.authenticator !== undefined ? { authenticator: opts.authenticator } : {}) });
+  const streams = createStreamServer({ svc, users: opts.users, nodeId, bootId, logger: opts.logger, creditBytes: opts.streamCreditBytes ?? streamCreditBytes(64 * 1024 * 1024), ...(opts.streamConnectionsMax !== undefined ? { connectionsMax: opts.streamConnectionsMax } : {}), ...(opts.streamIdleTimeoutMs !== undefined ? { idleTimeoutMs: opts.streamIdleTimeoutMs } : {}), ...(opts.authenticator !== undefined ? { authenticator: opts.authenticator } : {}) });
   // With an upgrade listener Node hands every Upgrade request here. One for another protocol
   // without a body (curl --http2 asks for h2c on a GET) is served as the HTTP/1.1 request it also
   // is, as Node would without the listener, then the connection closes; with a body it is refused.

@@ -33,6 +33,12 @@
 //     running past its end, attrs bits unknown) is answered ERROR 400 by its id, and reading goes on.
 //   - the client does not read its answers: past SOCKET_WRITE_BYTES_MAX unwritten, reading stops
 //     until the socket drains.
+//   - connections: past `connectionsMax` open (and handshaking) at once, a handshake answers 429
+//     too_many_streams with Retry-After, before its credentials are checked.
+//   - idle: a connection with nothing in flight and no frame read for `idleTimeoutMs` gets GOAWAY
+//     stream_idle and is closed. The GOAWAY rule makes it safe against a frame crossing it: a
+//     frame the node did not read before the GOAWAY was never read, and the SDK sends it again on
+//     a new connection.
 //
 // Grants: checked per frame against the principal of the handshake (cached per topic); before
 // each batch of frames the user's generation (src/auth/user-store-api.ts: it changes with the
@@ -85,6 +91,10 @@ export const STREAM_LIMITS = {
   creditShare: 8,
   /** Unanswered frames per connection before the server stops reading it. */
   framesInFlightMax: 4096,
+  /** limits.stream_connections unless set: an operator's bound on descriptors held by streams. */
+  connectionsDefault: 1024,
+  /** stream.idle_timeout_ms unless set. */
+  idleTimeoutDefaultMs: 300_000,
   /** Frames of one topic given to the Service as one produce call, at most. */
   batchFramesMax: 1000,
   /** Payload bytes of one such call, at most (a forwarded batch stays well under the batch limit). */
@@ -114,6 +124,12 @@ export interface StreamOptions {
   logger: Logger;
   creditBytes: number;
   framesInFlightMax?: number;
+  /** Connections open or handshaking at once (limits.stream_connections); default 1024. */
+  connectionsMax?: number;
+  /** stream.idle_timeout_ms; default 300 000. */
+  idleTimeoutMs?: number;
+  /** The clock idleness is measured on (ms); default performance.now. */
+  nowMs?: () => number;
 }
 
 export interface StreamServer {
@@ -135,7 +151,26 @@ export function createStreamServer(o: StreamOptions): StreamServer {
   const log = o.logger.child({ module: "stream" });
   const sessions = new Set<Session>();
   let stopping = false;
+  let handshaking = 0;
   const framesInFlightMax = o.framesInFlightMax ?? STREAM_LIMITS.framesInFlightMax;
+  const connectionsMax = o.connectionsMax ?? STREAM_LIMITS.connectionsDefault;
+  const idleTimeoutMs = o.idleTimeoutMs ?? STREAM_LIMITS.idleTimeoutDefaultMs;
+  const now = o.nowMs ?? (() => performance.now());
+  // One sweep for every connection, running only while there are any: a timer per connection
+  // re-armed per frame would cost more than the frames.
+  let sweep: ReturnType<typeof setInterval> | null = null;
+  const sweepEveryMs = Math.max(100, Math.min(5000, Math.floor(idleTimeoutMs / 4)));
+  const sweepIdle = (): void => {
+    const t = now();
+    for (const s of sessions) if (s.idleSince(t) >= idleTimeoutMs) void s.goAway(new NaradError("stream_idle", `The stream connection carried no frame for ${idleTimeoutMs} ms (stream.idle_timeout_ms) and had nothing in flight; connect again.`));
+  };
+  const closed = (s: Session): void => {
+    sessions.delete(s);
+    if (sessions.size === 0 && sweep !== null) {
+      clearInterval(sweep);
+      sweep = null;
+    }
+  };
   new Gauge({ name: "narad_stream_connections", help: "Open streaming-protocol connections", registers: [o.svc.metrics.registry], collect() { this.set(sessions.size); } });
   const frames = new Counter({ name: "narad_stream_frames_total", help: "Frames answered on streaming-protocol connections, by answer (ok, error)", labelNames: ["answer"], registers: [o.svc.metrics.registry] });
   const answered = { ok: frames.labels("ok"), error: frames.labels("error") };
@@ -163,14 +198,22 @@ export function createStreamServer(o: StreamOptions): StreamServer {
       }
       if (wanted !== STREAM_PROTOCOL) return refuse(socket, new NaradError("bad_request", `${STREAM_PATH} upgrades to ${STREAM_PROTOCOL} only, not ${JSON.stringify(wanted.slice(0, 64))}.`), "Bad Request");
       if (req.method !== "GET") return refuse(socket, new NaradError("method_not_allowed", `${STREAM_PATH} is asked with GET.`), "Method Not Allowed");
+      if (sessions.size + handshaking >= connectionsMax) {
+        return refuse(socket, new NaradError("too_many_streams", `This node has ${connectionsMax} stream connections open (limits.stream_connections); retry later, or produce over HTTP.`, { retryAfterS: 1 }), "Too Many Requests");
+      }
+      handshaking++;
       const authorization = req.headers.authorization;
       const auth = o.authenticator === undefined ? Promise.resolve(null) : o.authenticator.authenticate(authorization, req.socket.remoteAddress);
-      auth.then(
+      auth.finally(() => handshaking--).then(
         (principal) => {
           if (stopping) return refuse(socket, new NaradError("shutting_down"), "Service Unavailable");
           if (socket.destroyed) return;
-          const s = new Session(socket as Socket, principal, authorization, o, log, framesInFlightMax, answered, () => sessions.delete(s));
+          const s = new Session(socket as Socket, principal, authorization, o, log, framesInFlightMax, answered, now, () => closed(s));
           sessions.add(s);
+          if (sweep === null) {
+            sweep = setInterval(sweepIdle, sweepEveryMs);
+            sweep.unref();
+          }
           socket.write(
             `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${STREAM_PROTOCOL}\r\nConnection: Upgrade\r\n` +
               `Narad-Node: ${o.nodeId}\r\nNarad-Boot: ${o.bootId}\r\n` +
@@ -236,6 +279,8 @@ class Session {
   private readonly batches = new Map<string, Batch>();
   private readonly ctx: RequestContext;
   private closed!: Promise<void>;
+  /** When the last frame was read or answer written (the idle sweep's measure). */
+  private lastActiveMs: number;
 
   constructor(
     private readonly socket: Socket,
@@ -245,8 +290,10 @@ class Session {
     private readonly log: Logger,
     private readonly framesInFlightMax: number,
     private readonly answered: { ok: { inc(n?: number): void }; error: { inc(n?: number): void } },
+    private readonly now: () => number,
     onClose: () => void,
   ) {
+    this.lastActiveMs = now();
     this.generation = principal === null ? undefined : o.users.generation(principal.name);
     this.ctx = { authorization, user: principal === null ? null : { name: principal.name, id: principal.id } };
     this.closed = new Promise<void>((resolve) =>
@@ -278,6 +325,12 @@ class Session {
 
   destroy(): void {
     this.socket.destroy();
+  }
+
+  /** How long the connection has had nothing in flight and read nothing (0 while busy or closing). */
+  idleSince(t: number): number {
+    if (this.closing !== null || this.inFlight > 0 || this.answers.length > 0 || this.batches.size > 0) return 0;
+    return t - this.lastActiveMs;
   }
 
   /** Stops reading; answers what was read; GOAWAY `reason`; closes. Resolves once closed. */
@@ -341,6 +394,7 @@ class Session {
     const id = frameId(f);
     const cost = f.length;
     this.inFlight++;
+    this.lastActiveMs = this.now();
     if (frameVersion(f) !== STREAM_VERSION) return this.answerError(id, 0, new NaradError("bad_request", `Frame version ${frameVersion(f)} is not served; this node speaks version ${STREAM_VERSION}.`));
     if (frameType(f) !== FRAME.produce) return this.answerError(id, 0, new NaradError("bad_request", `Frame type 0x${frameType(f).toString(16)} is not served by this node (docs/api.md, "Streaming protocol").`));
     if (this.creditUsed + cost > this.o.creditBytes) {
@@ -454,6 +508,7 @@ class Session {
     }
     this.inFlight -= as.length;
     this.creditUsed -= credit;
+    this.lastActiveMs = this.now();
     let errors = 0;
     for (const a of as) if (a.error !== undefined) errors++;
     if (errors > 0) this.answered.error.inc(errors);

@@ -107,6 +107,11 @@ export const ERRORS = {
     definite: true,
     message: "The request's headers or body did not arrive within the node's timeout; nothing was done. Send it again.",
   },
+  stream_idle: {
+    status: 408,
+    definite: true,
+    message: "The stream connection carried no frame for stream.idle_timeout_ms and had nothing in flight, so the node closed it; connect again (the SDK does so by itself).",
+  },
   expectation_failed: { status: 417, definite: true, message: "Only the Expect: 100-continue expectation is supported." },
   header_fields_too_large: {
     status: 431,
@@ -138,6 +143,11 @@ export const ERRORS = {
     status: 429,
     definite: true,
     message: "The stream connection sent more bytes than the credit the node gave it; wait for CREDIT frames before sending more (docs/api.md, \"Streaming protocol\").",
+  },
+  too_many_streams: {
+    status: 429,
+    definite: true,
+    message: "As many stream connections are open on this node as limits.stream_connections allows; retry after the Retry-After seconds, or produce over HTTP.",
   },
   too_many_producers: {
     status: 429,
