@@ -12,7 +12,7 @@ export {
   type RunProgress,
   type Finding,
 } from "./driver.js";
-export { NextWaveUnsupported, probeNextWave } from "./next-wave.js";
+export { NextWaveUnsupported } from "./next-wave.js";
 export { WORKLOADS, WORKLOAD_NAMES, NEXT_WAVE_WORKLOADS, CHILD_DELAY_MS, CHILDREN_CYCLE, isWorkloadName, type WorkloadName, type WorkloadProfile, type ChildProfile } from "./workloads.js";
 export { LoadCycle, type CycleSpec } from "./cycle.js";
 export { calibrate, CALIBRATION_CASES, ISSUE14_CALIBRATION_CASES, formatCalibrationTable, type CalibrationCase, type CalibrationRow, type CalibrationOptions } from "./calibrate.js";

@@ -147,31 +147,3 @@ export function deadLetterCreateError(e: unknown): unknown {
   return e instanceof NaradRequestError && e.status === 400 ? new NextWaveUnsupported(`${UNSUPPORTED_DEAD_LETTERS} (${e.code}: ${e.message})`) : e;
 }
 
-/**
- * Whether a server at `url` takes each next-wave feature, asked the way a client would: POST
- * /v1/producers (404 when absent), and a topic created with max_deliveries (400, or an answer
- * without the field, when absent; the probe topics are deleted after). `auth`: Basic credentials.
- */
-export async function probeNextWave(url: string, auth?: { user: string; password: string }): Promise<{ producers: boolean; deadLetters: boolean }> {
-  const headers: Record<string, string> = { "content-type": "application/json" };
-  if (auth !== undefined) headers["authorization"] = `Basic ${Buffer.from(`${auth.user}:${auth.password}`).toString("base64")}`;
-  const base = url.replace(/\/$/, "");
-  const producers = (await fetch(`${base}/v1/producers`, { method: "POST", headers, body: "{}" })).status === 201;
-  const suffix = `${process.pid}-${Date.now()}`;
-  const dlq = `probe-dlq-${suffix}`;
-  const src = `probe-src-${suffix}`;
-  let deadLetters = false;
-  const made: string[] = [];
-  try {
-    if ((await fetch(`${base}/v1/topics`, { method: "POST", headers, body: JSON.stringify({ name: dlq, partitions: 1 }) })).status === 201) made.push(dlq);
-    const res = await fetch(`${base}/v1/topics`, { method: "POST", headers, body: JSON.stringify({ name: src, partitions: 1, max_deliveries: 3, dead_letter_topic: dlq }) });
-    if (res.status === 201) {
-      made.push(src);
-      const body = (await res.json()) as { max_deliveries?: unknown; dead_letter_topic?: unknown };
-      deadLetters = body.max_deliveries === 3 && body.dead_letter_topic === dlq;
-    } else await res.body?.cancel();
-  } finally {
-    for (const t of made.reverse()) await fetch(`${base}/v1/topics/${t}`, { method: "DELETE", headers }).then((r) => r.body?.cancel());
-  }
-  return { producers, deadLetters };
-}
