@@ -45,11 +45,17 @@ export const OUTCOME_NAMES = ["open", "ok", "fail", "info"] as const;
 const FNV_OFFSET = 0x811c9dc5 | 0;
 const FNV_PRIME = 0x01000193;
 
-/** FNV-1a over bytes: the hash the interner and the fast scanner agree on. */
+/**
+ * FNV-1a's hashes are cut to 30 bits, so that they are small integers to V8: a 32-bit one is a
+ * heap number, an allocation each time one is passed or kept.
+ */
+export const HASH_MASK = 0x3fffffff;
+
+/** FNV-1a over bytes (cut by HASH_MASK): the hash the interner and the fast scanner agree on. */
 export function fnv1a(buf: Uint8Array, start: number, end: number): number {
   let h = FNV_OFFSET;
   for (let i = start; i < end; i++) h = Math.imul(h ^ buf[i]!, FNV_PRIME);
-  return h;
+  return h & HASH_MASK;
 }
 
 /**

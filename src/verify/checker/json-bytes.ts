@@ -3,12 +3,15 @@
 // without making a string, and says -1 for anything it does not take, so that the reader sends
 // the line to JSON.parse and the validator instead.
 
-/** The number the last uintAt read: a scalar out-parameter (an ESM live binding), so reading a field allocates nothing. */
-export let uintValue = 0;
+/**
+ * The number the last uintAt read, in uintOut[0]: an out-parameter in a typed array, because a
+ * number above 2^30 (any time_ns past a second) kept in a variable is a heap allocation each time.
+ */
+export const uintOut = new Float64Array(1);
 
 /**
  * A JSON nonnegative integer of at most 15 digits (so exact in a double), without sign, fraction
- * or exponent, at p: past it (the number in uintValue), or -1. A leading zero is refused as
+ * or exponent, at p: past it (the number in uintOut[0]), or -1. A leading zero is refused as
  * JSON does, and so is a number followed by `.`, `e` or `E` (a float: JSON.parse's to judge).
  */
 export function uintAt(b: Uint8Array, p: number, end: number): number {
@@ -26,7 +29,7 @@ export function uintAt(b: Uint8Array, p: number, end: number): number {
     const c = b[p]!;
     if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
   }
-  uintValue = v;
+  uintOut[0] = v;
   return p;
 }
 

@@ -55,23 +55,32 @@ function countAtMost(a: Float64Array, x: number): number {
   return lo;
 }
 
-export function buildMeasures(
-  run: RunData,
-  options: CheckOptions,
-  faults: readonly FaultInfo[],
-  pairs: PairTimes,
-  lagMs: Float32Array,
-  lagSince: Uint8Array,
-  anomalies: readonly Anomaly[],
-): Measures {
+/** What the pass over the operations gathers: counts, per-bucket series, lag samples, per-path delivery times. */
+interface OpPass {
+  counts: Int32Array;
+  consumeEmpty: number;
+  gone410: number;
+  produceTp: Float64Array;
+  deliverTp: Float64Array;
+  ackTp: Float64Array;
+  latSum: Float64Array;
+  latCount: Float64Array;
+  latMax: Float64Array;
+  lagSeries: Float64Array;
+  lagSamples: Float64Array;
+  lagN: number;
+  lagMax: number;
+  lagMaxOp: number;
+  delivered: Float64Array[];
+}
+
+/**
+ * The one pass over the operations, a function of its own: a loop this long in one large
+ * function runs unoptimised until V8 replaces it on the stack, which costs more than the loop.
+ */
+function passOverOps(run: RunData, buckets: number, bucketNs: number, lagMs: Float32Array): OpPass {
   const ops = run.ops;
   const n = ops.length;
-  const durationNs = Math.max(run.lastTimeNs, 1);
-  const bucketNs = niceBucketNs(durationNs, options.buckets ?? 200);
-  const buckets = Math.floor(durationNs / bucketNs) + 1;
-  const bucketOf = (ns: number): number => Math.min(buckets - 1, Math.floor(ns / bucketNs));
-
-  // ---- counts and series, in one pass over the operations ----
   const counts = new Int32Array(F_NAMES.length * 4);
   let consumeEmpty = 0;
   let gone410 = 0;
@@ -103,7 +112,7 @@ export function buildMeasures(
     if ((f === F_ACK || f === F_EXTEND || f === F_NACK) && ops.status[op] === 410) gone410++;
     if (o !== O_OK) continue;
     const comp = ops.compNs[op]!;
-    const b = bucketOf(comp);
+    const b = Math.min(buckets - 1, Math.floor(comp / bucketNs));
     let li = -1;
     if (f === F_PRODUCE) {
       produceTp[b]!++;
@@ -142,6 +151,33 @@ export function buildMeasures(
       if (latencyMs > latMax[k]!) latMax[k] = latencyMs;
     }
   }
+  return { counts, consumeEmpty, gone410, produceTp, deliverTp, ackTp, latSum, latCount, latMax, lagSeries, lagSamples, lagN, lagMax, lagMaxOp, delivered };
+}
+
+export function buildMeasures(
+  run: RunData,
+  options: CheckOptions,
+  faults: readonly FaultInfo[],
+  pairs: PairTimes,
+  lagMs: Float32Array,
+  lagSince: Uint8Array,
+  anomalies: readonly Anomaly[],
+): Measures {
+  const ops = run.ops;
+  const n = ops.length;
+  const durationNs = Math.max(run.lastTimeNs, 1);
+  const bucketNs = niceBucketNs(durationNs, options.buckets ?? 200);
+  const buckets = Math.floor(durationNs / bucketNs) + 1;
+  const bucketOf = (ns: number): number => Math.min(buckets - 1, Math.floor(ns / bucketNs));
+
+  // ---- counts and series, in one pass over the operations ----
+  const { counts, consumeEmpty, gone410, produceTp, deliverTp, ackTp, latSum, latCount, latMax, lagSeries, lagSamples, lagN, lagMax, lagMaxOp, delivered } = passOverOps(
+    run,
+    buckets,
+    bucketNs,
+    lagMs,
+  );
+  const nTopics = run.topics.size;
   const operationCounts: Record<string, OperationCounts> = {};
   for (let f = 1; f < F_NAMES.length; f++) {
     const open = counts[f * 4 + O_OPEN]!;

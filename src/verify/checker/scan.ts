@@ -13,12 +13,12 @@
 // accepts, with the same effect; the sequence rules (index, time, invoke/completion per process)
 // are the validator's own methods, so both paths keep one state. A property test compares the two.
 
-import { Collector, F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, F_REPLAY, fnv1a, type Interner, O_FAIL, O_INFO, O_OK } from "./collect.js";
+import { Collector, HASH_MASK, F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, F_REPLAY, fnv1a, type Interner, O_FAIL, O_INFO, O_OK } from "./collect.js";
 import { open, type FileHandle } from "node:fs/promises";
 import { acceptLine, HistoryReadError, LINE_BYTES_MAX, LineSplitter, sourceChunks, type HistorySource, type LineSink } from "../history/reader.js";
 import { HistoryFormatError, HistoryValidator, LineProblem } from "../history/validate.js";
 import type { EventType, OpName } from "../history/types.js";
-import { lit, litAt, uintAt, uintValue } from "./json-bytes.js";
+import { lit, litAt, uintAt, uintOut } from "./json-bytes.js";
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -108,7 +108,7 @@ function strAt(b: Buffer, p: number, end: number): number {
   for (; p < end; p++) {
     const c = b[p]!;
     if (c === QUOTE) {
-      scratchHash = h;
+      scratchHash = h & HASH_MASK;
       return p;
     }
     if (c === BACKSLASH || c < 0x20 || c >= 0x80) return -1;
@@ -296,7 +296,7 @@ export class FastScanner implements LineSink {
       if (c === QUOTE) {
         this.sStart = s;
         this.sEnd = p;
-        this.sHash = h;
+        this.sHash = h & HASH_MASK;
         return p + 1;
       }
       if (c === BACKSLASH || c < 0x20 || c >= 0x80) return -1;
@@ -327,7 +327,7 @@ export class FastScanner implements LineSink {
   private int(b: Buffer, p: number, end: number): number {
     const e = uintAt(b, p, end);
     if (e < 0) return -1;
-    this.num = uintValue;
+    this.num = uintOut[0]!;
     this.sStart = p;
     this.sEnd = e;
     // No hash: most numbers are never interned; an id given as a number is hashed when it is.
@@ -574,12 +574,12 @@ export class FastScanner implements LineSink {
     if (p < 0) return false;
     p = uintAt(b, p, end);
     if (p < 0) return false;
-    this.index = uintValue;
+    this.index = uintOut[0]!;
     p = litAt(b, p, end, L_TIME);
     if (p < 0) return false;
     p = uintAt(b, p, end);
     if (p < 0) return false;
-    this.timeNs = uintValue;
+    this.timeNs = uintOut[0]!;
     p = litAt(b, p, end, L_PROCESS);
     if (p < 0) return false;
     const pe = strAt(b, p, end);
@@ -659,7 +659,7 @@ export class FastScanner implements LineSink {
           this.kind[k] = V_INT;
           this.vStart[k] = p;
           this.vEnd[k] = ne;
-          this.vNum[k] = uintValue;
+          this.vNum[k] = uintOut[0]!;
           p = ne;
         } else if (c === 0x6e && b[p + 1] === 0x75 && b[p + 2] === 0x6c && b[p + 3] === 0x6c) {
           this.kind[k] = V_NULL;

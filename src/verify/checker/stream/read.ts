@@ -13,7 +13,7 @@ import { LineSplitter, sourceChunks, type HistorySource, type LineSink } from ".
 import { HistoryFormatError, LineProblem } from "../../history/validate.js";
 import { StreamValidator, type ProcessSlot, type StreamConfigValue, type StreamEvent } from "../../history/stream.js";
 import type { EventType } from "../../history/types.js";
-import { lit, litAt, uintAt, uintValue } from "../json-bytes.js";
+import { lit, litAt, uintAt, uintOut } from "../json-bytes.js";
 
 /** A growable column of numbers. */
 export class Column<T extends Int32Array | Float64Array> {
@@ -246,12 +246,12 @@ export class StreamCollector implements LineSink {
     let p = litAt(b, start, end, L_INDEX);
     if (p < 0) return false;
     p = uintAt(b, p, end);
-    const index = uintValue;
+    const index = uintOut[0]!;
     if (p < 0 || index <= 0) return false;
     p = litAt(b, p, end, L_TIME);
     if (p < 0) return false;
     p = uintAt(b, p, end);
-    const timeNs = uintValue;
+    const timeNs = uintOut[0]!;
     if (p < 0) return false;
     p = litAt(b, p, end, L_PROCESS);
     if (p < 0) return false;
@@ -312,13 +312,13 @@ export class StreamCollector implements LineSink {
         } else {
           p = uintAt(b, p, end);
           if (p < 0) return false;
-          msgNum = uintValue;
+          msgNum = uintOut[0]!;
         }
       } else if (kLen === 3 && eq(b, k, "seq")) {
         if (seq >= 0) return false;
         p = uintAt(b, p, end);
-        if (p < 0 || uintValue < 1) return false;
-        seq = uintValue;
+        if (p < 0 || uintOut[0]! < 1) return false;
+        seq = uintOut[0]!;
       } else if (kLen === 6 && eq(b, k, "stream")) {
         if (haveStream || b[p] !== Q) return false;
         const se = strEndAt(b, p + 1, end);
