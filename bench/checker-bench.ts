@@ -7,7 +7,23 @@ import { spawnSync } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { simulateToFile } from "../src/verify/checker/simulate.js";
+import { simulateToFile, type SimOptions } from "../src/verify/checker/simulate.js";
+
+/** The bench's run: consumers keep up with three paths per message, slow handlers are few. */
+export const BENCH_SHAPE: Omit<SimOptions, "seed"> = {
+  producers: 3,
+  consumers: 24,
+  nodes: 2,
+  partitions: 4,
+  durationMs: Number.MAX_SAFE_INTEGER / 1e6,
+  visibilityTimeoutMs: 500,
+  faultEveryMs: 3000,
+  // Slow handlers sleep through whole leases; a few keep consumers from falling behind.
+  lapseRate: 0.002,
+  extendRate: 0.002,
+  nackRate: 0.02,
+  slowAckRate: 0.002,
+};
 
 export interface CheckerBenchResult {
   events: number;
@@ -27,27 +43,7 @@ export async function benchChecker(eventsTarget = 896_600, seed = 1, rounds = 1)
   const dir = await mkdtemp(join(tmpdir(), "narad-checker-bench-"));
   try {
     const path = join(dir, "history.jsonl");
-    await simulateToFile(
-      {
-        seed,
-        // Consumers must keep up with three paths per message, or the drain dwarfs the run.
-        producers: 3,
-        consumers: 24,
-        nodes: 2,
-        partitions: 4,
-        durationMs: Number.MAX_SAFE_INTEGER / 1e6,
-        // The drain adds a little on top of the main phase, so the history is at least the target.
-        mainPhaseEventsMax: eventsTarget,
-        visibilityTimeoutMs: 500,
-        faultEveryMs: 3000,
-        // Slow handlers sleep through whole leases; a few keep consumers from falling behind.
-        lapseRate: 0.002,
-        extendRate: 0.002,
-        nackRate: 0.02,
-        slowAckRate: 0.002,
-      },
-      path,
-    );
+    await simulateToFile({ ...BENCH_SHAPE, seed, mainPhaseEventsMax: eventsTarget }, path);
     // The check runs in a child process, so its peak memory is its own, not the generator's.
     const checkUrl = new URL("../src/verify/checker/check.js", import.meta.url).href;
     const code = `

@@ -26,6 +26,7 @@ import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { BENCH_SHAPE } from "./checker-bench.js";
 import { check, checkEvents, checkText } from "../src/verify/checker/check.js";
 import { HistoryBuilder } from "../src/verify/checker/history-builder.js";
 import { simulateToFile, simulateWithStats, type SimBug, type SimOptions } from "../src/verify/checker/simulate.js";
@@ -60,19 +61,6 @@ const BUGS: Array<[SimBug, Partial<SimOptions>]> = [
   ["counts-forgotten", { deadLetters: true, ackFlushMs: 10, visibilityTimeoutMs: 200, durationMs: 900 }],
 ];
 
-const BENCH_SHAPE: Partial<SimOptions> = {
-  producers: 3,
-  consumers: 24,
-  nodes: 2,
-  partitions: 4,
-  durationMs: Number.MAX_SAFE_INTEGER / 1e6,
-  visibilityTimeoutMs: 500,
-  faultEveryMs: 3000,
-  lapseRate: 0.002,
-  extendRate: 0.002,
-  nackRate: 0.02,
-  slowAckRate: 0.002,
-};
 
 function text(lines: readonly unknown[]): string {
   return lines.map((l) => JSON.stringify(l)).join("\n") + "\n";
