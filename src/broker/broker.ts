@@ -662,11 +662,13 @@ export class Broker {
   private appendIdempotent(t: Topic, items: ProduceItem[], groups: Map<number, number[]>): Promise<{ partition: number; offset: number; duplicate?: true }[]> {
     // The dedupe window writes each record's producer attribute itself: headers and a delay are
     // not carried on this path yet (refused rather than dropped).
-    if (items.some((it) => it.headers !== undefined || it.delayMs !== undefined)) {
-      return Promise.reject(new NaradError("not_implemented", "Headers and a delay do not go with an idempotent produce yet; nothing was stored."));
+    for (const it of items) {
+      if (it.headers !== undefined || it.delayMs !== undefined) {
+        return Promise.reject(new NaradError("not_implemented", "Headers and a delay do not go with an idempotent produce yet; nothing was stored."));
+      }
     }
-    const its: IdempotentItem[] = items.map((it) => ({ key: it.key === null ? null : Buffer.from(it.key, "utf8"), payload: it.payload, producer: it.producer! }));
-    return this.dedupe.produce(t.meta.name, t.partitions, its, groups, (sub, g, onAssigned) => this.appendGroups(t, sub, g, onAssigned));
+    // Every item has a producer when the first has (ProduceItem.producer); taken as they are.
+    return this.dedupe.produce(t.meta.name, t.partitions, items as IdempotentItem[], groups, (sub, g, onAssigned) => this.appendGroups(t, sub, g, onAssigned));
   }
 
   /**

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { openPartitionLog } from "../storage/partition-log.js";
 import { captureLogger, logOptions, TestClock, withTempDir } from "../../test/support/storage.js";
-import { DedupeWindow, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, producerAttrsMany, SEQUENCE_RUN, WindowTotals, type WindowLimits } from "./producers.js";
+import { DedupeWindow, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, producerAttrsMany, producerAttrsRun, SEQUENCE_RUN, WindowTotals, type WindowLimits } from "./producers.js";
 
 const A = "aa".repeat(16);
 const B = "bb".repeat(16);
@@ -73,6 +73,8 @@ test("producerAttrsMany writes what encodeAttrs does, for one producer and sever
     { id: A, sequence: Number.MAX_SAFE_INTEGER },
   ];
   assert.deepEqual(producerAttrsMany(ps), ps.map(producerAttrs));
+  const first = 2 ** 32 - 2;
+  assert.deepEqual(producerAttrsRun(B, first, 4), [0, 1, 2, 3].map((k) => producerAttrs({ id: B, sequence: first + k })));
 });
 
 test("runs: a batch's consecutive sequences are one queue entry, bounded, expired and split around a copy already held", () => {
@@ -97,6 +99,46 @@ test("runs: a batch's consecutive sequences are one queue entry, bounded, expire
     { kind: "stored", offset: 22 },
   ]);
   assert.equal(w.size, 103);
+});
+
+test("runs: single produces that continue a producer's run extend it; out-of-order runs are found; a queue entry leaving cuts only its own sequences", () => {
+  const totals = new WindowTotals();
+  const w = new DedupeWindow({ windowMs: 100, sequencesMax: 1000, entriesMax: 1000 }, totals);
+  // 0..4 at offsets 10..14, one at a time: one run; 5 at a gap in offsets: a run of its own.
+  for (let q = 0; q < 5; q++) w.add(A, q, 10 + q, 1000 + q);
+  w.add(A, 5, 30, 1010);
+  // Out of order: 8..9 stored before 6..7.
+  w.addRun(A, 8, 2, 40, 1020);
+  w.addRun(A, 6, 2, 50, 1030);
+  const at = (q: number) => w.lookup(A, q, 1030);
+  assert.deepEqual([0, 4, 5, 6, 7, 8, 9].map(at), [0 + 10, 14, 30, 50, 51, 40, 41].map((offset) => ({ kind: "stored", offset })));
+  assert.deepEqual(at(10), { kind: "new" });
+  assert.equal(w.allNew(A, 10, 5), true);
+  assert.equal(w.allNew(A, 9, 5), false, "9 is held");
+  assert.equal(w.allNew(A, 7, 1), false);
+  assert.equal(totals.entries, 10);
+  // Sequences 0..2 leave with their times (one queue entry each), from the middle of the run
+  // they were merged into: 3 and 4 stay where they are.
+  assert.deepEqual(w.lookup(A, 2, 1102.5), { kind: "old", floor: 3 });
+  assert.deepEqual(w.lookup(A, 3, 1102.5), { kind: "stored", offset: 13 });
+  assert.deepEqual(w.lookup(A, 4, 1102.5), { kind: "stored", offset: 14 });
+  assert.equal(totals.entries, 7);
+  // The 8..9 run leaves before 6..7 (its time is older): the floor passes 6..7, which still answer.
+  assert.deepEqual(w.lookup(A, 8, 1120.5), { kind: "old", floor: 10 });
+  assert.deepEqual(w.lookup(A, 6, 1120.5), { kind: "stored", offset: 50 });
+  assert.equal(w.size, 2);
+});
+
+test("sequence bound over runs: the lowest sequences go first, a run is cut in part", () => {
+  const w = new DedupeWindow({ ...BIG, sequencesMax: 150 });
+  w.addRun(A, 0, 100, 0, 1000);
+  w.addRun(A, 100, 100, 500, 1000);
+  assert.deepEqual(w.lookup(A, 49, 1000), { kind: "old", floor: 50 });
+  assert.deepEqual(w.lookup(A, 50, 1000), { kind: "stored", offset: 50 });
+  assert.deepEqual(w.lookup(A, 199, 1000), { kind: "stored", offset: 599 });
+  w.addRun(A, 200, 100, 900, 1000);
+  assert.deepEqual(w.lookup(A, 149, 1000), { kind: "old", floor: 150 });
+  assert.deepEqual(w.lookup(A, 150, 1000), { kind: "stored", offset: 550 });
 });
 
 test("a reserved sequence makes a second lookup wait until it is settled", async () => {

@@ -148,36 +148,193 @@ export function producerAttrsMany(ps: readonly ProducerRef[]): Buffer[] {
   return out;
 }
 
+/** The attribute blocks of one producer's sequences first .. first + count - 1 (as producerAttrsMany). */
+export function producerAttrsRun(id: string, first: number, count: number): Buffer[] {
+  const one = producerAttrs({ id, sequence: first });
+  const n = one.length;
+  const all = Buffer.allocUnsafe(n * count);
+  const out = new Array<Buffer>(count);
+  const at0 = 3 + PRODUCER_ID_BYTES;
+  for (let k = 0; k < count; k++) {
+    const at = k * n;
+    one.copy(all, at);
+    const seq = first + k;
+    all.writeUInt32LE(seq >>> 0, at + at0);
+    all.writeUInt32LE(Math.floor(seq / 4294967296), at + at0 + 4);
+    out[k] = all.subarray(at, at + n);
+  }
+  return out;
+}
+
 export interface WindowLimits {
   windowMs: number;
   sequencesMax: number;
   entriesMax: number;
 }
 
-/** One producer on one partition. */
+/** Sequence runs kept by one producer's state before its arrays are compacted (the head let go). */
+const COMPACT_AFTER = 1024;
+
+/**
+ * One producer on one partition. Its stored sequences are kept as runs: sequences first ..
+ * first + count - 1 stored at offsets offset .. offset + count - 1, sorted by first sequence and
+ * disjoint, in three parallel arrays from `head` on (what lies before head was let go). A batch
+ * is one run, and so are single produces of a producer that nothing interleaves with (each run
+ * that continues the last one, in sequence and in offset, extends it): memory goes with the
+ * runs, not with the messages.
+ */
 class ProducerState {
-  /** Stored sequence → offset, in the order stored. */
-  readonly seqs = new Map<number, number>();
+  firsts: number[] = [];
+  counts: number[] = [];
+  offsets: number[] = [];
+  head = 0;
+  /** Sequences held (the sum of counts from head). */
+  held = 0;
   /**
    * Runs of sequences [from, to) reserved by appends in flight, each until its append's outcome
    * is known: one entry a request, not one a message (a producer has few requests in flight).
    */
   pending: { from: number; to: number; until: Promise<void> }[] = [];
-  /** Sequences below it that are not in `seqs` are out of the window. */
+  /** Sequences below it that are not held are out of the window. */
   floor = 0;
+
+  /** Index of the last run whose first sequence is at most `seq`, or head - 1. */
+  private runAtOrBelow(seq: number): number {
+    let lo = this.head;
+    let hi = this.firsts.length - 1;
+    if (hi < lo || this.firsts[hi]! <= seq) return hi;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.firsts[mid]! <= seq) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return hi;
+  }
+
+  offsetOf(seq: number): number | undefined {
+    const i = this.runAtOrBelow(seq);
+    if (i < this.head) return undefined;
+    const d = seq - this.firsts[i]!;
+    return d < this.counts[i]! ? this.offsets[i]! + d : undefined;
+  }
+
+  /** Whether any of [from, from + count) is held. */
+  holdsAny(from: number, count: number): boolean {
+    const i = this.runAtOrBelow(from + count - 1);
+    return i >= this.head && this.firsts[i]! + this.counts[i]! > from;
+  }
+
+  /** Adds a run none of whose sequences is held. */
+  insert(first: number, count: number, offset: number): void {
+    const n = this.firsts.length;
+    const last = n - 1;
+    if (last >= this.head && first >= this.firsts[last]! + this.counts[last]!) {
+      // After the last run (the usual case): extend it when it continues it, else append.
+      if (first === this.firsts[last]! + this.counts[last]! && offset === this.offsets[last]! + this.counts[last]!) this.counts[last]! += count;
+      else this.push(first, count, offset);
+    } else if (last < this.head) this.push(first, count, offset);
+    else {
+      const at = this.runAtOrBelow(first) + 1; // before any later run (out-of-order arrival: rare)
+      this.firsts.splice(at, 0, first);
+      this.counts.splice(at, 0, count);
+      this.offsets.splice(at, 0, offset);
+    }
+    this.held += count;
+  }
+
+  private push(first: number, count: number, offset: number): void {
+    this.firsts.push(first);
+    this.counts.push(count);
+    this.offsets.push(offset);
+  }
+
+  /** Lets go of the `n` lowest sequences held (the per-producer bound), raising the floor past them. */
+  dropLowest(n: number): void {
+    while (n > 0 && this.head < this.firsts.length) {
+      const c = this.counts[this.head]!;
+      if (c <= n) {
+        n -= c;
+        this.held -= c;
+        this.floor = Math.max(this.floor, this.firsts[this.head]! + c);
+        this.head++;
+      } else {
+        this.cutLow(this.head, n);
+        this.floor = Math.max(this.floor, this.firsts[this.head]!);
+        n = 0;
+      }
+    }
+    this.compact();
+  }
+
+  /** Lets go of every held sequence in [from, to) (a queue entry leaving the window). */
+  remove(from: number, to: number): void {
+    let i = Math.max(this.head, this.runAtOrBelow(from));
+    while (i < this.firsts.length && this.firsts[i]! < to) {
+      const f = this.firsts[i]!;
+      const e = f + this.counts[i]!;
+      if (e <= from) {
+        i++;
+        continue;
+      }
+      if (f >= from && e <= to) {
+        // The whole run.
+        this.held -= e - f;
+        if (i === this.head) this.head++;
+        else {
+          this.firsts.splice(i, 1);
+          this.counts.splice(i, 1);
+          this.offsets.splice(i, 1);
+          continue;
+        }
+      } else if (f >= from) this.cutLow(i, to - f); // its low part
+      else if (e <= to) {
+        // Its high part.
+        this.held -= e - from;
+        this.counts[i] = from - f;
+      } else {
+        // Its middle: split in two.
+        this.held -= to - from;
+        this.counts[i] = from - f;
+        this.firsts.splice(i + 1, 0, to);
+        this.counts.splice(i + 1, 0, e - to);
+        this.offsets.splice(i + 1, 0, this.offsets[i]! + (to - f));
+        return;
+      }
+      i++;
+    }
+    this.compact();
+  }
+
+  private cutLow(i: number, n: number): void {
+    this.firsts[i]! += n;
+    this.offsets[i]! += n;
+    this.counts[i]! -= n;
+    this.held -= n;
+  }
+
+  private compact(): void {
+    if (this.head > COMPACT_AFTER && this.head * 2 > this.firsts.length) {
+      this.firsts = this.firsts.slice(this.head);
+      this.counts = this.counts.slice(this.head);
+      this.offsets = this.offsets.slice(this.head);
+      this.head = 0;
+    }
+  }
 }
 
 export type Lookup = { kind: "new" } | { kind: "stored"; offset: number } | { kind: "wait"; until: Promise<void> } | { kind: "old"; floor: number };
 
 /** Counts shared by every window of a node (the entriesMax bound, the metrics). */
 export class WindowTotals {
+  /** Sequences in the time queues of every window (what entriesMax bounds). */
   entries = 0;
   evicted = 0;
 }
 
 /**
  * The dedupe window of one partition (pure state; the clock's time comes in as arguments). The
- * time queue holds every entry in the order stored: (producer, sequence, produce time).
+ * time queue holds every append's run in the order stored: (producer, first sequence, count,
+ * produce time). Its size, and the bounds, count sequences (messages), whatever the runs.
  */
 export class DedupeWindow {
   private readonly producers = new Map<string, ProducerState>();
@@ -195,7 +352,7 @@ export class DedupeWindow {
     private readonly totals: WindowTotals = new WindowTotals(),
   ) {}
 
-  /** Entries in the time queue (what counts against entriesMax). */
+  /** Sequences in the time queue (what counts against entriesMax). */
   get size(): number {
     return this.queued;
   }
@@ -208,11 +365,23 @@ export class DedupeWindow {
     this.expire(nowMs);
     const s = this.producers.get(id);
     if (s === undefined) return { kind: "new" };
-    const offset = s.seqs.get(sequence);
+    const offset = s.offsetOf(sequence);
     if (offset !== undefined) return { kind: "stored", offset };
     for (const r of s.pending) if (sequence >= r.from && sequence < r.to) return { kind: "wait", until: r.until };
     if (sequence < s.floor) return { kind: "old", floor: s.floor };
     return { kind: "new" };
+  }
+
+  /**
+   * Whether every sequence of [from, from + count) is new (none held, reserved or below the
+   * floor): a batch's one question instead of one lookup a message. Call expire first.
+   */
+  allNew(id: string, from: number, count: number): boolean {
+    const s = this.producers.get(id);
+    if (s === undefined) return true;
+    if (from < s.floor || s.holdsAny(from, count)) return false;
+    for (const r of s.pending) if (r.from < from + count && from < r.to) return false;
+    return true;
   }
 
   /**
@@ -226,7 +395,10 @@ export class DedupeWindow {
 
   release(id: string, until: Promise<void>): void {
     const s = this.producers.get(id);
-    if (s !== undefined && s.pending.length > 0) s.pending = s.pending.filter((r) => r.until !== until);
+    if (s === undefined || s.pending.length === 0) return;
+    if (s.pending.length === 1) {
+      if (s.pending[0]!.until === until) s.pending = [];
+    } else s.pending = s.pending.filter((r) => r.until !== until);
   }
 
   /** Records a stored (producer, sequence) at its offset (an append, or the rebuild's scan). */
@@ -237,27 +409,30 @@ export class DedupeWindow {
   /** Records `count` consecutive sequences from `first`, stored at consecutive offsets from `offset`. */
   addRun(id: string, first: number, count: number, offset: number, producedAtMs: number): void {
     const s = this.state(id);
-    for (let k = 0; k < count; k++) {
-      // Two copies in the log (stored before idempotence was on): the first answers. The run is
-      // split so the queue never lets go of the first copy's entry for the second's.
-      if (s.seqs.has(first + k)) {
-        if (k > 0) this.addRun(id, first, k, offset, producedAtMs);
-        if (count - k - 1 > 0) this.addRun(id, first + k + 1, count - k - 1, offset + k + 1, producedAtMs);
-        return;
+    if (s.holdsAny(first, count)) {
+      // Two copies in the log (stored before idempotence was on, or by a build that forgot its
+      // window): the first answers. The run is split around what is held, so the queue never
+      // lets go of the first copy's entry for the second's.
+      for (let k = 0; k < count; ) {
+        if (s.offsetOf(first + k) !== undefined) {
+          k++;
+          continue;
+        }
+        let j = k + 1;
+        while (j < count && s.offsetOf(first + j) === undefined) j++;
+        this.addRun(id, first + k, j - k, offset + k, producedAtMs);
+        k = j;
       }
+      return;
     }
-    for (let k = 0; k < count; k++) s.seqs.set(first + k, offset + k);
+    s.insert(first, count, offset);
     this.qState.push(s);
     this.qSeq.push(first);
     this.qCount.push(count);
     this.qTime.push(producedAtMs);
     this.queued += count;
     this.totals.entries += count;
-    while (s.seqs.size > this.limits.sequencesMax) {
-      const oldest = s.seqs.keys().next().value as number;
-      s.seqs.delete(oldest);
-      if (oldest + 1 > s.floor) s.floor = oldest + 1;
-    }
+    if (s.held > this.limits.sequencesMax) s.dropLowest(s.held - this.limits.sequencesMax);
     while (this.totals.entries > this.limits.entriesMax && this.queued > 0) this.totals.evicted += this.popFront();
   }
 
@@ -288,7 +463,7 @@ export class DedupeWindow {
     return s;
   }
 
-  /** Lets go of the oldest run; returns how many entries it held. */
+  /** Lets go of the oldest run; returns how many sequences it held. */
   private popFront(): number {
     const s = this.qState[this.qHead]!;
     const first = this.qSeq[this.qHead]!;
@@ -297,11 +472,11 @@ export class DedupeWindow {
     this.qHead++;
     this.queued -= count;
     this.totals.entries -= count;
-    for (let k = 0; k < count; k++) s.seqs.delete(first + k);
+    s.remove(first, first + count);
     if (first + count > s.floor) s.floor = first + count;
     // An emptied producer keeps its floor (a small object) while the window has room; the floor
     // is what answers 409 to a re-send older than the window.
-    if (this.qHead > 1024 && this.qHead * 2 > this.qSeq.length) {
+    if (this.qHead > COMPACT_AFTER && this.qHead * 2 > this.qSeq.length) {
       this.qState = this.qState.slice(this.qHead);
       this.qSeq = this.qSeq.slice(this.qHead);
       this.qCount = this.qCount.slice(this.qHead);
@@ -395,7 +570,8 @@ export interface WindowPartition {
 }
 
 export interface IdempotentItem {
-  key: Buffer | null;
+  /** A string key is stored as its UTF-8 bytes. */
+  key: string | Buffer | null;
   payload: Buffer;
   producer: ProducerRef;
 }
@@ -431,6 +607,8 @@ export interface DedupeOptions {
 export class DedupeWindows {
   readonly totals = new WindowTotals();
   private readonly windows = new Map<WindowPartition, Promise<DedupeWindow>>();
+  /** The windows built (a produce takes them without waiting on their promise). */
+  private readonly built = new Map<WindowPartition, DedupeWindow>();
   private readonly log: Logger;
   private duplicates: Counter<"topic"> | undefined;
 
@@ -474,6 +652,7 @@ export class DedupeWindows {
     const w = this.windows.get(p);
     if (w === undefined) return;
     this.windows.delete(p);
+    this.built.delete(p);
     void w.then((x) => x.clear(), () => undefined);
   }
 
@@ -488,9 +667,14 @@ export class DedupeWindows {
         this.o.rebuildFromLog === false ? new DedupeWindow(this.o.limits, this.totals) : DedupeWindow.rebuild(p.log, this.o.limits, this.totals, this.o.clock.nowMs(), this.log.child({ topic, partition: p.index })),
       );
       this.windows.set(p, w);
-      w.catch(() => {
-        if (this.windows.get(p) === w) this.windows.delete(p);
-      });
+      w.then(
+        (x) => {
+          if (this.windows.get(p) === w) this.built.set(p, x);
+        },
+        () => {
+          if (this.windows.get(p) === w) this.windows.delete(p);
+        },
+      );
     }
     return w;
   }
@@ -518,7 +702,7 @@ export class DedupeWindows {
       for (const p of groups.keys()) {
         const part = parts[p];
         if (part === undefined) throw new NaradError("not_owner", `This node does not serve ${topic}/${p} now; retry shortly.`);
-        wins.set(p, await this.windowOf(part, topic));
+        wins.set(p, this.built.get(part) ?? (await this.windowOf(part, topic)));
       }
       // From here to the reservations nothing awaits: a second send of the same sequence that
       // arrives meanwhile finds the first's reservation.
@@ -533,6 +717,15 @@ export class DedupeWindows {
       const copies: [number, number][] = [];
       for (const [p, idxs] of groups) {
         const w = wins.get(p)!;
+        w.expire(nowMs);
+        // A batch's usual case, one question for all: one producer's next sequences, none seen.
+        if (firstOf === undefined && idxs.length > 1 && consecutive(items, idxs)) {
+          const head = items[idxs[0]!]!.producer;
+          if (w.allNew(head.id, head.sequence, idxs.length)) {
+            fresh.set(p, idxs);
+            continue;
+          }
+        }
         for (const i of idxs) {
           const it = items[i]!;
           if (firstOf !== undefined) {
@@ -592,19 +785,25 @@ export class DedupeWindows {
     const origin: number[] = []; // sub index → item index
     let settle!: () => void;
     const until = new Promise<void>((r) => (settle = r));
+    // Partitions whose fresh items are one producer's consecutive sequences: one run each.
+    const runs = new Set<number>();
     for (const [p, idxs] of fresh) {
       const w = wins.get(p)!;
       const g: number[] = [];
-      const attrs = producerAttrsMany(idxs.map((i) => items[i]!.producer));
       const run = consecutive(items, idxs);
-      if (run) w.reserve(items[idxs[0]!]!.producer.id, items[idxs[0]!]!.producer.sequence, idxs.length, until);
+      const head = items[idxs[0]!]!.producer;
+      const attrs = run ? producerAttrsRun(head.id, head.sequence, idxs.length) : producerAttrsMany(idxs.map((i) => items[i]!.producer));
+      if (run) {
+        runs.add(p);
+        w.reserve(head.id, head.sequence, idxs.length, until);
+      }
       for (let k = 0; k < idxs.length; k++) {
         const i = idxs[k]!;
         const it = items[i]!;
         if (!run) w.reserve(it.producer.id, it.producer.sequence, 1, until);
         g.push(sub.length);
         origin.push(i);
-        sub.push({ key: it.key, payload: it.payload, attrs: attrs[k]! });
+        sub.push({ key: typeof it.key === "string" ? Buffer.from(it.key, "utf8") : it.key, payload: it.payload, attrs: attrs[k]! });
       }
       subGroups.set(p, g);
     }
@@ -614,7 +813,7 @@ export class DedupeWindows {
       const w = wins.get(p)!;
       const g = subGroups.get(p)!;
       const head = items[origin[g[0]!]!]!.producer;
-      if (consecutive(items, fresh.get(p)!)) return w.addRun(head.id, head.sequence, g.length, base, producedAtMs);
+      if (runs.has(p)) return w.addRun(head.id, head.sequence, g.length, base, producedAtMs);
       for (let k = 0; k < g.length; k++) {
         const it = items[origin[g[k]!]!]!;
         w.add(it.producer.id, it.producer.sequence, base + k, producedAtMs);
@@ -633,6 +832,10 @@ export class DedupeWindows {
     } finally {
       for (const [p, g] of subGroups) {
         const w = wins.get(p)!;
+        if (runs.has(p)) {
+          w.release(items[origin[g[0]!]!]!.producer.id, until);
+          continue;
+        }
         let last = "";
         for (const j of g) {
           const id = items[origin[j]!]!.producer.id;

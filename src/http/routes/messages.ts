@@ -40,8 +40,10 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
       throw new NaradError("invalid_argument", "The batch's last sequence (Narad-Sequence + messages - 1) would pass 2^53 - 1.");
     }
     // The rest of each item (headers, a delay) goes along, so the broker refuses what this path
-    // cannot carry yet instead of it being dropped here.
-    return items.map((it, i) => ({ ...it, producer: { id: idem.id, sequence: idem.sequence + i } }));
+    // cannot carry yet instead of it being dropped here. Numbered in place (the items are this
+    // request's own): a copy of every item cost more than the dedupe window's work.
+    for (let i = 0; i < items.length; i++) items[i]!.producer = { id: idem.id, sequence: idem.sequence + i };
+    return items;
   };
   const resultJson = (r: Produced) => (r.duplicate === true ? { partition: r.partition, offset: r.offset, duplicate: true } : { partition: r.partition, offset: r.offset });
 

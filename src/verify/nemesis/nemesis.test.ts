@@ -7,7 +7,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { NodeProcess, readProcState, getHealth, type NodeProcessOptions } from "./process.js";
-import { Nemesis, applyFault, planFaults, type FaultValue, type InjectedFaultKind } from "./nemesis.js";
+import { Nemesis, applyFault, planFaults, restoreTarget, type FaultValue, type InjectedFaultKind } from "./nemesis.js";
 import { startProxy, type Proxy } from "../proxy/proxy.js";
 import { waitUntil } from "../../../test/support/peers.js";
 
@@ -216,9 +216,46 @@ describe("nemesis schedule", { timeout: 180_000 }, () => {
     assert.deepEqual(rec2.recs.map((r) => `${r.type} ${r.value.kind}`), ["invoke pause", "ok pause", "invoke resume", "ok resume"]);
   });
 
+  test("cut-kill: a produce sent during its cut is stored, its sender gets a reset instead of the 202, and after the start the record is there", async () => {
+    const n = await newNode();
+    await n.start();
+    const proxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: n.port });
+    proxies.push(proxy);
+    const created = await fetch(`${n.url}/v1/topics`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "ck", partitions: 1 }) });
+    assert.equal(created.status, 201, await created.text());
+    // What the driver reads: the node's own count of 202s, past the proxy.
+    const acceptedCount = async () => {
+      const text = await (await fetch(`${n.url}/metrics`)).text();
+      return [...text.matchAll(/^narad_produced_messages_total\{[^}]*\}\s+(\S+)/gm)].reduce((a, m) => a + Number(m[1]), 0);
+    };
+    const target = { node: n, proxy, acceptedCount };
+    const { recs, record } = recorder();
+    // Synchronously up to its first wait: the cut is in force before the produce leaves.
+    const fault = applyFault(record, target, "cut-kill");
+    const produced = fetch(`http://127.0.0.1:${proxy.address.port}/v1/topics/ck/messages`, { method: "POST", body: "held" }).then(
+      (r) => `answered ${r.status}`,
+      (e: Error) => `failed: ${e.message}`,
+    );
+    assert.equal(await fault, true);
+    assert.match(await produced, /^failed/, "the 202 was held and dropped, never delivered");
+    await restoreTarget(record, target);
+    assert.deepEqual(
+      recs.map((r) => `${r.type} ${r.value.kind}`),
+      ["invoke cut", "ok cut", "invoke kill", "ok kill", "invoke start", "ok start", "invoke heal", "ok heal"],
+    );
+    assert.equal(recs[1]!.value.direction, "downstream");
+    assert.ok((recs[1]!.value.accepted_unanswered as number) >= 1, JSON.stringify(recs[1]!.value));
+    assert.deepEqual((recs[7]!.value.healed as { downstream: string[] }).downstream, ["cut", "reset"]);
+    const page = (await (await fetch(`http://127.0.0.1:${proxy.address.port}/v1/topics/ck/partitions/0/messages?offset=0&limit=10`)).json()) as { messages: { payload_base64: string }[] };
+    assert.deepEqual(page.messages.map((m) => Buffer.from(m.payload_base64, "base64").toString()), ["held"]);
+  });
+
   test("a schedule with power-loss or cut needs nodes and proxies that can do it", async () => {
     const n = await newNode();
     assert.throws(() => new Nemesis({ targets: [{ node: n }], seed: 1, faults: ["power-loss"], intervalMs: 1, holdMs: 1, record: () => {} }), /NARAD_TEST_POWER_LOSS/);
     assert.throws(() => new Nemesis({ targets: [{ node: n }], seed: 1, faults: ["cut"], intervalMs: 1, holdMs: 1, record: () => {} }), /proxy/);
+    const proxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: "127.0.0.1", targetPort: 1 });
+    proxies.push(proxy);
+    assert.throws(() => new Nemesis({ targets: [{ node: n, proxy }], seed: 1, faults: ["cut-kill"], intervalMs: 1, holdMs: 1, record: () => {} }), /accepted/);
   });
 });

@@ -18,6 +18,15 @@
 // - Bounded: `faultsMax` faults at most; stop() cuts the current wait or hold short, waits for the
 //   fault in progress to finish (each node operation has its own deadline), then restores every
 //   target and records those restorations too.
+// - cut-kill is the one compound kind (one node): it leaves produces stored and unanswered by
+//   construction, not by the luck of a kill landing between an fsync and its answer. The proxy
+//   holds the node's answers (a downstream cut) until the node has accepted a message after the
+//   cut began (its own /metrics, asked past the proxy: `acceptedCount`), so at least one 202 is
+//   held; then the node is killed and the held answers are dropped (a downstream reset: the
+//   clients see ECONNRESET, and new connections are reset at accept until the heal). Each of
+//   those produces is stored and its sender does not know it: an idempotent producer re-sends
+//   it after the restart. Recorded as a `cut` (direction downstream, `accepted_unanswered`)
+//   and a `kill`; the hold's end brings `start` and `heal` (healed: cut and reset).
 
 import { Prng } from "./prng.js";
 import type { NodeProcess } from "./process.js";
@@ -26,8 +35,8 @@ import { countersToJson, type DirectionSpec, type Proxy } from "../proxy/proxy.j
 /** Fault kinds of history v1 that this module records (`move` belongs to the cluster). */
 export type FaultKind = "terminate" | "kill" | "start" | "pause" | "resume" | "cut" | "heal" | "latency" | "power-loss";
 /** The faults a schedule may pick; the rest are their healing. */
-export type InjectedFaultKind = "terminate" | "kill" | "power-loss" | "pause" | "cut" | "latency";
-export const INJECTED_FAULT_KINDS: readonly InjectedFaultKind[] = ["terminate", "kill", "power-loss", "pause", "cut", "latency"];
+export type InjectedFaultKind = "terminate" | "kill" | "power-loss" | "pause" | "cut" | "latency" | "cut-kill";
+export const INJECTED_FAULT_KINDS: readonly InjectedFaultKind[] = ["terminate", "kill", "power-loss", "pause", "cut", "latency", "cut-kill"];
 
 export interface FaultValue {
   kind: FaultKind;
@@ -39,8 +48,13 @@ export type FaultRecorder = (type: "invoke" | "ok" | "info", f: "fault", value: 
 
 export interface NemesisTarget {
   node: NodeProcess;
-  /** The proxy in front of the node; required when the schedule includes cut or latency. */
+  /** The proxy in front of the node; required when the schedule includes cut, latency or cut-kill. */
   proxy?: Proxy;
+  /**
+   * Messages the node has accepted with a 202 since it started, asked of the node itself (not
+   * through the proxy); required for cut-kill, which waits for it to grow during its cut.
+   */
+  acceptedCount?: () => Promise<number>;
 }
 
 export const NEMESIS_DEFAULTS = {
@@ -49,6 +63,10 @@ export const NEMESIS_DEFAULTS = {
   latencyMs: 500,
   latencyJitterMs: 50,
   cutDirection: "both" as DirectionSpec,
+  /** cut-kill: how long its cut waits for the node to accept a message before the kill anyway. */
+  cutKillAcceptWaitMs: 5_000,
+  /** cut-kill: how often it asks the node meanwhile. */
+  cutKillPollMs: 10,
 } as const;
 
 export interface FaultParams {
@@ -114,7 +132,8 @@ function proxyHasToxics(p: Proxy): boolean {
  * Applies one fault (or healing) to a target and records it: invoke, then ok with the evidence or
  * info with the error. Returns whether it succeeded. Never throws.
  */
-export async function applyFault(record: FaultRecorder, target: NemesisTarget, kind: FaultKind, params: FaultParams = {}): Promise<boolean> {
+export async function applyFault(record: FaultRecorder, target: NemesisTarget, kind: FaultKind | "cut-kill", params: FaultParams = {}): Promise<boolean> {
+  if (kind === "cut-kill") return cutKill(record, target);
   const node = target.node.name;
   const direction = params.direction ?? NEMESIS_DEFAULTS.cutDirection;
   const latencyMs = params.latencyMs ?? NEMESIS_DEFAULTS.latencyMs;
@@ -176,6 +195,40 @@ export async function applyFault(record: FaultRecorder, target: NemesisTarget, k
   }
 }
 
+/**
+ * cut-kill (the design note): the node's answers held until it accepted a message, then the node
+ * killed and the held answers dropped. Healing (start, heal) is restoreTarget's, after the hold.
+ * Returns whether the kill succeeded.
+ */
+async function cutKill(record: FaultRecorder, target: NemesisTarget): Promise<boolean> {
+  const node = target.node.name;
+  const args = { direction: "downstream" };
+  record("invoke", "fault", { kind: "cut", node, ...args });
+  let accepted: number;
+  try {
+    const p = requireProxy(target, "cut");
+    if (target.acceptedCount === undefined) throw new Error(`cut-kill needs the accepted count of node ${node}`);
+    p.cut("downstream");
+    // Read after the cut is in force: every message accepted past this count was answered
+    // after it, so its 202 is held by the proxy.
+    const before = await target.acceptedCount();
+    const until = performance.now() + NEMESIS_DEFAULTS.cutKillAcceptWaitMs;
+    accepted = 0;
+    while (accepted === 0 && performance.now() < until) {
+      await new Promise((r) => setTimeout(r, NEMESIS_DEFAULTS.cutKillPollMs));
+      accepted = (await target.acceptedCount()) - before;
+    }
+    record("ok", "fault", { kind: "cut", node, ...args, accepted_unanswered: accepted, proxy: countersToJson(p.counters()) });
+  } catch (e) {
+    record("info", "fault", { kind: "cut", node, ...args, error: errorText(e) });
+    return false;
+  }
+  const killed = await applyFault(record, target, "kill");
+  // Dropped, not delivered on heal (a cut alone would deliver them, as TCP would).
+  target.proxy!.setToxic("downstream", { kind: "reset" });
+  return killed;
+}
+
 /** Brings a target back to health, recording each step: resume, start, heal the proxy. */
 export async function restoreTarget(record: FaultRecorder, target: NemesisTarget): Promise<void> {
   if (target.node.paused) await applyFault(record, target, "resume");
@@ -197,8 +250,11 @@ export class Nemesis {
     if (opts.faults.length === 0) throw new RangeError("a nemesis needs at least one fault kind");
     for (const k of opts.faults) {
       if (!INJECTED_FAULT_KINDS.includes(k)) throw new RangeError(`unknown fault kind ${JSON.stringify(k)}`);
-      if ((k === "cut" || k === "latency") && opts.targets.some((t) => !t.proxy)) {
+      if ((k === "cut" || k === "latency" || k === "cut-kill") && opts.targets.some((t) => !t.proxy)) {
         throw new RangeError(`${k} is in the schedule but not every target has a proxy`);
+      }
+      if (k === "cut-kill" && opts.targets.some((t) => t.acceptedCount === undefined)) {
+        throw new RangeError("cut-kill is in the schedule but not every target can say how many messages it accepted");
       }
       if (k === "power-loss" && opts.targets.some((t) => !t.node.powerLossMode)) {
         throw new RangeError("power-loss is in the schedule but not every node runs with NARAD_TEST_POWER_LOSS=1");

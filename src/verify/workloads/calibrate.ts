@@ -29,17 +29,19 @@
 //     `duplicate-after-ack` no fault's window explains). Its precondition: both kills happened,
 //     with evidence, and both nodes were started again.
 //   - issue 14's bugs (ISSUE14_CALIBRATION_CASES, run by test/verify-issue14.test.ts beside the
-//     main table, so the two long files run side by side): the idempotent workload's kills leave
-//     produces ambiguous for the SDK to re-send after the restart (dedupe-forgets-after-restart:
-//     stored again, `duplicate-produce`); the dead-letters workload nacks its poison messages a
-//     quarter of a visibility timeout after each delivery, so many are between deliveries at
-//     every kill (delivery-counts-not-persisted: counted from 1 again, delivered past
+//     main table, so the two long files run side by side): the idempotent workload's cut-kills
+//     leave produces stored and unanswered by construction, for the SDK to re-send after the
+//     restart (dedupe-forgets-after-restart: stored again, `duplicate-produce`); its
+//     precondition: a cut-kill held an accepted message's answer, and its kill has evidence and
+//     a start. The dead-letters workload nacks its poison messages a quarter of a visibility
+//     timeout after each delivery, so many are between deliveries at every kill (delivery-counts-not-persisted: counted from 1 again, delivered past
 //     max_deliveries, `delivered-after-dead-letter`), moves them at every step
 //     (dead-letter-early: on the dead-letter topic after 2 of 3, `dead-lettered-early`;
 //     dead-letter-settle-before-copy: a kill in the 500 ms between the settle and the copy loses
 //     them, `lost` on the dead-letter path).
 // Runs are sequential: on two cores, two runs at once would mostly measure each other.
 
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { AnomalyName, Verdict } from "../checker/index.js";
 import { runWorkload, type RunOptions, type RunProgress, type RunResult } from "./driver.js";
@@ -72,6 +74,21 @@ const needFaultOn = (kind: string, nodes: string[]) => (r: RunResult) => {
   }
   return null;
 };
+/**
+ * A cut-kill that held at least one accepted message's answer, its kill evidenced by a later
+ * boot, and the node started again: a re-send of a stored produce met the restarted node. The
+ * count is in the cut's recorded value, so it is read from the history.
+ */
+function needUnansweredKill(r: RunResult): string | null {
+  const held = new Set<string>();
+  for (const line of readFileSync(r.historyPath, "utf8").split("\n")) {
+    if (!line.includes('"accepted_unanswered"')) continue;
+    const e = JSON.parse(line) as { type: string; value: { kind: string; node: string; accepted_unanswered?: number } };
+    if (e.type === "ok" && e.value.kind === "cut" && (e.value.accepted_unanswered ?? 0) > 0) held.add(e.value.node);
+  }
+  if (held.size === 0) return "no cut-kill held the answer of an accepted message";
+  return [...held].some((node) => needFaultOn("kill", [node])(r) === null) ? null : "no cut-kill's kill was evidenced and followed by a start";
+}
 const need429 = (r: RunResult) => (r.counts.produce429 > 0 ? null : "no produce was refused with 429");
 
 const MiB = 1024 * 1024;
@@ -195,11 +212,15 @@ const CONFIGS = {
     },
     precondition: needFault("power-loss"),
   },
-  // Issue 14 (ISSUE14_CALIBRATION_CASES): kills every 1.5 s, each with its start.
+  // Issue 14 (ISSUE14_CALIBRATION_CASES). idempotent: a cut-kill every 1.5 s (the nemesis's
+  // design note): the node's answers held until it accepted a message, then the node killed and
+  // the held answers dropped, so every fault leaves produces stored and unanswered, which the
+  // SDK re-sends after the restart. Plain kills left that to luck: a kill had to land between a
+  // produce's fsync and its answer, and a fresh-clone CI run had none.
   idempotent: {
     workload: "idempotent",
-    options: { faults: ["kill"], faultIntervalMs: 1_500, faultHoldMs: 300, visibilityTimeoutMs: 2_000 },
-    precondition: needFault("kill"),
+    options: { faults: ["cut-kill"], faultIntervalMs: 1_500, faultHoldMs: 300, visibilityTimeoutMs: 2_000 },
+    precondition: needUnansweredKill,
   },
   "dead-letters": {
     workload: "dead-letters",
@@ -259,9 +280,7 @@ export const CALIBRATION_CASES: readonly CalibrationCase[] = [
  */
 export const ISSUE14_CALIBRATION_CASES: readonly CalibrationCase[] = [
   row("idempotent", null, null),
-  // dedupe-forgets-after-restart is not in the list yet: it needs a re-send of a produce left
-  // ambiguous by a kill to land after the restart, and a fresh-clone CI run had none (judged
-  // valid; the run shape must make one every time first, issue 14).
+  row("idempotent", "dedupe-forgets-after-restart", "duplicate-produce"),
   row("dead-letters", null, null),
   row("dead-letters", "dead-letter-early", "dead-lettered-early"),
   row("dead-letters", "delivery-counts-not-persisted", "delivered-after-dead-letter"),

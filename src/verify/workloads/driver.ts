@@ -66,7 +66,7 @@ import {
 } from "./systems.js";
 import { LoadCycle, type CycleSpec, type CycleTarget } from "./cycle.js";
 import { FailoverNemesis, isReplicatedFaultKind, needsPowerLoss, type FailoverTarget, type ReplicatedFaultKind } from "./failover.js";
-import type { RunFaultKind } from "./protocol.js";
+import type { Credentials, RunFaultKind } from "./protocol.js";
 import type { Proxy } from "../proxy/index.js";
 import { createServer } from "node:net";
 import { Narad } from "../../client/index.js";
@@ -364,7 +364,10 @@ function resolveRun(o: RunOptions): ResolvedRun {
       throw new RangeError("isolate, pause-kill, lag-kill and lag-power-loss are faults of a replicated topic (--replication-factor)");
     }
     if (faults !== null && faults.kinds.includes("power-loss")) profile.powerLoss = true;
-    if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency")) profile.proxy = true;
+    if (faults !== null && faults.kinds.some((k) => k === "cut" || k === "latency" || k === "cut-kill")) profile.proxy = true;
+    // Its cut waits for the node it cuts to accept a message: on a cluster that node would
+    // forward most of them, and the count it reads would not be the answers it holds.
+    if (faults !== null && faults.kinds.includes("cut-kill") && nodes > 1) throw new RangeError("cut-kill is a fault of one node (--nodes 1)");
   }
   // A replica lives on other nodes than its parent's: the workload's own is left out on one node.
   if (nodes === 1 && profile.children.some((c) => c.kind === "replica")) {
@@ -944,7 +947,8 @@ async function startLoad(s: RunState): Promise<void> {
 
 function startFaults(s: RunState): void {
   const { run, profile, main, remote, systems, tracker } = s;
-  const targetsOf = (sys: RunSystem): CycleTarget[] => sys.nodes.map((node, i) => ({ node, role: sys.role, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}) }));
+  const targetsOf = (sys: RunSystem): CycleTarget[] =>
+    sys.nodes.map((node, i) => ({ node, role: sys.role, ...(sys.proxies[i] ? { proxy: sys.proxies[i] } : {}), acceptedCount: () => acceptedCount(node, sys.admin) }));
   const which = run.faults?.targets ?? "all";
   const targets: CycleTarget[] = which === "main" ? targetsOf(main) : which === "remote" ? targetsOf(remote!) : systems.flatMap(targetsOf);
   if (run.faults !== null && run.replicationFactor > 1) {
@@ -1004,6 +1008,20 @@ function startFaults(s: RunState): void {
       record: s.faultRecorder,
     });
     s.nemesis.start();
+  }
+}
+
+const ACCEPTED_RE = /^narad_produced_messages_total\{[^}]*\}\s+(\S+)/gm;
+
+/** Messages `node` accepted with a 202 since it started (its /metrics, asked directly: cut-kill). */
+async function acceptedCount(node: NodeProcess, auth: Credentials | null): Promise<number> {
+  const client = new Narad({ url: node.url, connections: 1, requestTimeoutMs: 2_000, ...(auth !== null ? { user: auth.user, password: auth.password } : {}) });
+  try {
+    let n = 0;
+    for (const m of (await client.metrics()).matchAll(ACCEPTED_RE)) n += Number(m[1]);
+    return n;
+  } finally {
+    await client.destroy().catch(() => undefined);
   }
 }
 

@@ -69,6 +69,7 @@ test("the next wave's profiles and calibration rows", () => {
   assert.deepEqual(
     ISSUE14_CALIBRATION_CASES.filter((c) => c.bug !== null).map((c) => [c.bug, c.expect.anomaly]),
     [
+      ["dedupe-forgets-after-restart", "duplicate-produce"],
       ["dead-letter-early", "dead-lettered-early"],
       ["delivery-counts-not-persisted", "delivered-after-dead-letter"],
       ["dead-letter-settle-before-copy", "lost"],
