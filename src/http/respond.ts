@@ -30,9 +30,9 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, ext
   const text = JSON.stringify(body);
   const bytes = Buffer.byteLength(text);
   head(res, status, ["content-type", "application/json", "content-length", String(bytes), ...extra]);
-  // ASCII (every answer but an error quoting what it was sent): its characters are its bytes.
-  if (bytes === text.length) endInOneWrite(res, text);
-  else res.end(Buffer.from(text));
+  // ASCII (every answer but an error quoting what it was sent): its characters are its bytes;
+  // otherwise its UTF-8 bytes, one character each (see sendBody).
+  endInOneWrite(res, bytes === text.length ? text : Buffer.from(text).toString("latin1"));
 }
 
 export function sendEmpty(res: ServerResponse, status: number, headers?: string[]): void {
