@@ -203,6 +203,16 @@ export interface Delivery {
  * Hears how a produceOne ended: the stored place once durable, or the error (a NaradError of the
  * error table). It must not throw: it runs in the commit's promise reaction.
  */
+/** The commit of one partition that single produces (produceOne) joined, with what they added to it. */
+export interface JoinedCommit {
+  durable: Promise<void>;
+  messages: number;
+  /** Their bytes in the pending-sync count (messagesBytesEstimate's). */
+  bytes: number;
+  /** When the first of them was appended (monotonic ms): the commit time observed. */
+  startedMono: number;
+}
+
 export type ProduceOneDone = (err: unknown, r?: { partition: number; offset: number }) => void;
 
 export interface ProduceItem {
@@ -765,21 +775,35 @@ export class Broker {
       this.produce(topicName, [{ key, payload }]).then((r) => done(null, r[0]!), (e: unknown) => done(e));
       return;
     }
-    const started = this.opts.clock.monoMs();
     const { baseOffset, durable } = part.log.append([{ key: key === null ? null : Buffer.from(key, "utf8"), payload }], this.opts.clock.nowMs());
+    // What follows the fsync is done once per commit (the log's one promise a commit), not per
+    // message: its bytes leave the pending count, its time and messages are counted, long polls
+    // and copiers are woken. Registered first, it runs before the answers.
+    let j = t.joining[p];
+    if (j === undefined || j.durable !== durable) {
+      const joined: JoinedCommit = { durable, messages: 0, bytes: 0, startedMono: this.opts.clock.monoMs() };
+      t.joining[p] = j = joined;
+      durable.then(() => this.joinedDurable(t, p, joined), () => this.joinedEnded(t, p, joined));
+    }
+    j.messages++;
+    j.bytes += bytes;
     this.pendingSyncBytes += bytes;
     durable.then(
-      () => {
-        this.pendingSyncBytes -= bytes;
-        this.appendDurable(t, [p], started);
-        (t.producedCounter ??= this.metrics.produced.labels(topicName)).inc();
-        done(null, { partition: p, offset: baseOffset });
-      },
-      (e: unknown) => {
-        this.pendingSyncBytes -= bytes;
-        done(this.appendFailed(t, [p], e));
-      },
+      () => done(null, { partition: p, offset: baseOffset }),
+      (e: unknown) => done(this.appendFailed(t, [p], e)),
     );
+  }
+
+  /** A commit that single produces joined is durable: what appendGroups does after its fsync, once for them all. */
+  private joinedDurable(t: Topic, p: number, j: JoinedCommit): void {
+    this.joinedEnded(t, p, j);
+    this.appendDurable(t, [p], j.startedMono);
+    (t.producedCounter ??= this.metrics.produced.labels(t.meta.name)).inc(j.messages);
+  }
+
+  private joinedEnded(t: Topic, p: number, j: JoinedCommit): void {
+    this.pendingSyncBytes -= j.bytes;
+    if (t.joining[p] === j) t.joining[p] = undefined;
   }
 
   // ---- consume --------------------------------------------------------------------------------

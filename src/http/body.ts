@@ -56,10 +56,11 @@ export function readBodyThen(req: IncomingMessage, limitBytes: number, code: Err
     }
     chunks.push(c);
   };
+  // on, not once (once wraps each listener): `settle` takes the first of them only.
   req.on("data", onData);
-  req.once("end", () => settle(null));
-  req.once("error", (e) => settle(new NaradError("bad_request", `Reading the request body failed: ${e.message}`)));
-  req.once("aborted", () => settle(new NaradError("bad_request", "The client went away before sending the whole body.")));
+  req.on("end", () => settle(null));
+  req.on("error", (e) => settle(new NaradError("bad_request", `Reading the request body failed: ${e.message}`)));
+  req.on("aborted", () => settle(new NaradError("bad_request", "The client went away before sending the whole body.")));
 }
 
 /**
