@@ -9,6 +9,7 @@ import { describe, test } from "node:test";
 import pg from "pg";
 import { FAST_LEASES, startCluster, type LocalCluster } from "./support/local-cluster.js";
 import { clusterToken } from "../src/cluster/wire.js";
+import { keyPartition } from "../src/broker/partitioner.js";
 import { startProxy, type Proxy } from "../src/verify/proxy/proxy.js";
 import { runNarad, waitFor } from "./harness.js";
 import { freePort, postgresForFile } from "./support/postgres.js";
@@ -191,8 +192,11 @@ describe("cluster scenarios", () => {
 
     // A message leased before the move: its handle must answer 410 after it.
     let leased: { receipt_handle: string } | undefined;
+    // Keyed to the moving partition: unkeyed ones would all fill node a's current run's partition.
+    let key = 0;
+    while (keyPartition(`k${key}`, 3) !== moving.partition) key++;
     for (let i = 0; i < 30 && leased === undefined; i++) {
-      assert.equal((await client(a!).produce("jobs", `lease-${i}`, undefined)).status, 202);
+      assert.equal((await client(a!).produce("jobs", `lease-${i}`, `k${key}`)).status, 202);
       const got = await client(b!).consumeBatch("jobs", 10);
       leased = got.messages.find((m) => m.partition === moving.partition);
       const rest = got.messages.filter((m) => m !== leased);

@@ -144,9 +144,9 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal(down.status, 400);
       assert.equal(await errorCode(down), "partitions_decrease");
       assert.equal((await json("PATCH", `/v1/topics/${topicName("nope")}`, { partitions: 9 })).status, 404);
-      // The new partitions take messages.
+      // The new partitions take messages (keys m0..m19 hash to all five of them).
       const keys = new Set<number>();
-      for (let i = 0; i < 20; i++) keys.add((await produce(name, `m${i}`)).partition);
+      for (let i = 0; i < 20; i++) keys.add((await produce(name, `m${i}`, `m${i}`)).partition);
       assert.deepEqual([...keys].sort(), [0, 1, 2, 3, 4]);
 
       assert.equal((await req("DELETE", `/v1/topics/${name}`)).status, 204);
@@ -236,16 +236,74 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal(await consume(topic), null);
     });
 
-    test("keys pick one partition; no key goes round the partitions", async () => {
+    test("keys pick one partition; no key goes to the partitions in turn, a run of messages on each", async () => {
       const topic = await createTopic({ partitions: 4 });
       const parts = new Set<number>();
       for (let i = 0; i < 10; i++) parts.add((await produce(topic, `k${i}`, "customer-42")).partition);
       assert.equal(parts.size, 1);
-      const rr = new Set<number>();
-      for (let i = 0; i < 8; i++) rr.add((await produce(topic, `n${i}`)).partition);
-      assert.equal(rr.size, 4);
       const unknown = await req("POST", `/v1/topics/${topicName("nope")}/messages`, "x");
       assert.equal(unknown.status, 404);
+    });
+
+    test("unkeyed single produces filled each partition in turn one message at a time (8.9 messages an fdatasync on 3 partitions): now a run of 1 MiB or 1000 messages fills one partition, then the next takes a run; each message is stored once", async () => {
+      // Runs are each node's own (docs/api.md, "Partitioning"): one node takes every request here.
+      const via = d.urls[0]!;
+      const topic = await createTopic({ partitions: 4 });
+      const quarter = 256 * 1024; // four fill a run's 1 MiB
+      const places: { partition: number; offset: number }[] = [];
+      for (let i = 0; i < 17; i++) {
+        const body = Buffer.alloc(quarter, i);
+        body.write(`sticky-${i}`);
+        const r = await fetch(`${via}/v1/topics/${topic}/messages`, { method: "POST", body });
+        assert.equal(r.status, 202, await r.clone().text());
+        places.push((await r.json()) as { partition: number; offset: number });
+      }
+      const first = places[0]!.partition;
+      assert.deepEqual(places.map((x) => x.partition), places.map((_, i) => (first + Math.floor(i / 4)) % 4), "runs of four 256 KiB messages, the partitions in turn");
+      // Replay: each message once, where its 202 said, and nothing else in the topic.
+      const stored = new Map<string, number>();
+      for (let p = 0; p < 4; p++) {
+        const page = (await (await req("GET", `/v1/topics/${topic}/partitions/${p}/messages?limit=100`)).json()) as { messages: { offset: number; payload_base64: string }[] };
+        for (const m of page.messages) {
+          const tag = /^sticky-\d+/.exec(Buffer.from(m.payload_base64, "base64").subarray(0, 12).toString("latin1"))![0];
+          assert.equal(stored.has(tag), false, `${tag} stored twice`);
+          stored.set(tag, p * 1_000_000 + m.offset);
+        }
+      }
+      assert.equal(stored.size, 17);
+      places.forEach((x, i) => assert.equal(stored.get(`sticky-${i}`), x.partition * 1_000_000 + x.offset));
+    });
+
+    test("a produce with Prefer: return=minimal gets a 202 without a body, its place in headers; without it, JSON; an error stays JSON", async () => {
+      const topic = await createTopic({ partitions: 2 });
+      const minimal = await req("POST", `/v1/topics/${topic}/messages?key=a`, "m1", { prefer: "return=minimal" });
+      assert.equal(minimal.status, 202);
+      assert.equal(await minimal.text(), "");
+      assert.equal(minimal.headers.get("content-length"), "0");
+      assert.equal(minimal.headers.get("preference-applied"), "return=minimal");
+      assert.equal(minimal.headers.get("content-type"), null);
+      const at = { partition: Number(minimal.headers.get("narad-partition")), offset: Number(minimal.headers.get("narad-offset")) };
+      assert.ok(minimal.headers.get("narad-owner") && minimal.headers.get("narad-owner-boot"));
+      // RFC 7240's forms: another preference beside it, a quoted value, any case.
+      const again = await req("POST", `/v1/topics/${topic}/messages?key=a`, "m2", { prefer: 'respond-async, RETURN="Minimal"; x=1' });
+      assert.equal(again.status, 202);
+      assert.equal(await again.text(), "");
+      assert.deepEqual([Number(again.headers.get("narad-partition")), Number(again.headers.get("narad-offset"))], [at.partition, at.offset + 1]);
+      // Without it (or with another return), the JSON answer as before.
+      for (const prefer of [undefined, "return=representation"]) {
+        const full = await req("POST", `/v1/topics/${topic}/messages?key=a`, "m3", prefer === undefined ? {} : { prefer });
+        assert.equal(full.status, 202);
+        assert.equal(full.headers.get("preference-applied"), null);
+        assert.equal(full.headers.get("narad-offset"), null);
+        const b = (await full.json()) as { partition: number; offset: number };
+        assert.equal(b.partition, at.partition);
+      }
+      const missing = await req("POST", `/v1/topics/${topicName("nope")}/messages`, "x", { prefer: "return=minimal" });
+      assert.equal(missing.status, 404);
+      assert.equal(missing.headers.get("preference-applied"), null);
+      assert.equal(await errorCode(missing), "topic_not_found");
+      const replay = (await (await req("GET", `/v1/topics/${topic}/partitions/${at.partition}/messages?offset=${at.offset}`)).json()) as { messages: { payload_base64: string }[] };
+      assert.deepEqual(replay.messages.map((m) => Buffer.from(m.payload_base64, "base64").toString()), ["m1", "m2", "m3", "m3"]);
     });
 
     test("batch produce: one 202 for all in request order; one message over the limit refuses the batch", async () => {

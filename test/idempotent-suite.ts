@@ -101,6 +101,14 @@ export function defineIdempotentSuite(name: string, deploy: Deploy): void {
       const keyed = await send(url(1), "resend", id, 1, "r-1", "k");
       const keyedAgain = await send(url(2), "resend", id, 1, "r-1", "k");
       assert.deepEqual(keyedAgain.body, { partition: keyed.body.partition, offset: keyed.body.offset, duplicate: true });
+      // With Prefer: return=minimal the duplicate's answer is its headers (docs/api.md, "Produce").
+      const minimal = await fetch(`${url(3)}/v1/topics/resend/messages`, { method: "POST", body: "r-0", headers: { "narad-producer-id": id, "narad-sequence": "0", prefer: "return=minimal" } });
+      assert.equal(minimal.status, 202);
+      assert.equal(await minimal.text(), "");
+      assert.deepEqual(
+        ["narad-duplicate", "narad-partition", "narad-offset", "preference-applied"].map((h) => minimal.headers.get(h)),
+        ["true", String(first.body.partition), String(first.body.offset), "return=minimal"],
+      );
       const c = counts(await stored(url(0), "resend"));
       assert.equal(c.get("r-0"), 1);
       assert.equal(c.get("r-1"), 1);

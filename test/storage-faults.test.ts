@@ -9,87 +9,17 @@
 // is opened again from disk.
 //
 // In-process because src/server.ts builds its own filesystem (the real one) and offers no seam
-// for it: this composes what startServer composes for a single node (identity, users, broker,
-// LocalService, createHttpServer), with the faulty filesystem passed to the broker.
+// for it: test/support/in-process-node.ts composes what startServer composes for a single node,
+// with the faulty filesystem passed to the broker.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { pino } from "pino";
-import { Broker, type BrokerOptions } from "../src/broker/broker.js";
-import { loadIdentity } from "../src/broker/identity.js";
-import { LocalService } from "../src/broker/service.js";
-import { createHttpServer } from "../src/http/server.js";
-import { UserStore } from "../src/auth/store.js";
 import { ERRORS } from "../src/protocol/errors.js";
-import { systemClock } from "../src/platform/clock.js";
-import type { StorageFs } from "../src/storage/fs.js";
 import { FaultFs } from "./support/fault-fs.js";
-
-interface Node {
-  url: string;
-  stop(): Promise<void>;
-}
-
-async function startNode(dataDir: string, storageFs: StorageFs | undefined): Promise<Node> {
-  const logger = pino({ level: "silent" });
-  const identity = await loadIdentity(dataDir, undefined);
-  const opts: BrokerOptions = {
-    dataDir,
-    clock: systemClock,
-    logger,
-    nodeId: identity.nodeId,
-    bootId: identity.bootId,
-    bootSeq: identity.bootSeq,
-    nodeNum: 0,
-    secret: identity.secret,
-    segmentBytesMax: 64 * 1024 * 1024,
-    segmentAgeMaxMs: 3600_000,
-    ackFlushIntervalMs: 100,
-    consumerOffsetCommitIntervalMs: 1000,
-    housekeepingIntervalMs: 1000,
-    powerLoss: false,
-    pendingSyncBytesMax: 64 * 1024 * 1024,
-    longPollsMax: 1000,
-    consumeBytesMax: 8 * 1024 * 1024,
-    defaultPartitions: 1,
-    defaultVisibilityTimeoutMs: 30_000,
-    defaultRetentionMs: 7 * 24 * 3600_000,
-    storageFs,
-  };
-  const broker = await Broker.open(opts);
-  const users = await UserStore.open(dataDir);
-  const http = createHttpServer({
-    service: new LocalService(broker),
-    logger,
-    nodeId: identity.nodeId,
-    bootId: identity.bootId,
-    headersTimeoutMs: 10_000,
-    requestTimeoutMs: 30_000,
-    keepAliveTimeoutMs: 5_000,
-    users,
-    nowMs: () => systemClock.nowMs(),
-    notReady: () => broker.storageProblem(),
-  });
-  await new Promise<void>((resolve, reject) => {
-    http.server.once("error", reject);
-    http.server.listen(0, "127.0.0.1", () => resolve());
-  });
-  http.setReady(true);
-  const addr = http.server.address();
-  assert.ok(typeof addr === "object" && addr !== null);
-  return {
-    url: `http://127.0.0.1:${addr.port}`,
-    async stop() {
-      await http.drain(1000);
-      // A partition log that failed rejects its close with the failure (the log stopped); the
-      // node is being stopped either way.
-      await broker.close().catch(() => {});
-    },
-  };
-}
+import { startInProcessNode as startNode, type InProcessNode as Node } from "./support/in-process-node.js";
 
 async function produce(url: string, payload: Buffer): Promise<{ status: number; body: unknown; contentType: string | null }> {
   const r = await fetch(`${url}/v1/topics/t/messages`, { method: "POST", body: payload, headers: { "content-type": "application/octet-stream" } });

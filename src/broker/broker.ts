@@ -69,7 +69,7 @@ import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, id
 
 export type { ReplicatedParts } from "./partition-opener.js";
 import type { Partition, Taken } from "./partition.js";
-import { groupByPartition } from "./partitioner.js";
+import { groupByPartition, keyPartition } from "./partitioner.js";
 import { Topic, type TopicInfo, type TopicMeta, type TopicOwner, type Waiter } from "./topic.js";
 
 export type { ClusterTopicMeta } from "./cluster-topics.js";
@@ -198,6 +198,22 @@ export interface Delivery {
   /** The message's headers, when it has any. */
   headers?: readonly (readonly [string, string])[];
 }
+
+/**
+ * Hears how a produceOne ended: the stored place once durable, or the error (a NaradError of the
+ * error table). It must not throw: it runs in the commit's promise reaction.
+ */
+/** The commit of one partition that single produces (produceOne) joined, with what they added to it. */
+export interface JoinedCommit {
+  durable: Promise<void>;
+  messages: number;
+  /** Their bytes in the pending-sync count (messagesBytesEstimate's). */
+  bytes: number;
+  /** When the first of them was appended (monotonic ms): the commit time observed. */
+  startedMono: number;
+}
+
+export type ProduceOneDone = (err: unknown, r?: { partition: number; offset: number }) => void;
 
 export interface ProduceItem {
   key: string | null;
@@ -612,7 +628,7 @@ export class Broker {
     if (!this.owns(t, p)) {
       throw new NaradError("ownership_lost", `This node lost its lease on ${topicName}/${partition} while the write was in flight; the message may or may not be stored.`);
     }
-    this.metrics.produced.inc({ topic: topicName }, items.length);
+    (t.producedCounter ??= this.metrics.produced.labels(topicName)).inc(items.length);
     return results;
   }
 
@@ -630,7 +646,7 @@ export class Broker {
         ? await this.appendIdempotent(t, items, idempotentGroups(items, t.partitions.length))
         : await this.appendToAt(t, items);
     if (overloaded) throw new NaradError("overloaded", undefined, { retryAfterS: 1 }); // reached only when the faults store it anyway
-    this.metrics.produced.inc({ topic: topicName }, items.length);
+    (t.producedCounter ??= this.metrics.produced.labels(topicName)).inc(items.length);
     return results;
   }
 
@@ -646,12 +662,10 @@ export class Broker {
 
   private async appendTo(t: Topic, items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[], nowMs?: number): Promise<{ partition: number; offset: number }[]> {
     const n = t.partitions.length;
-    // Unkeyed messages of one request go together to the next partition in turn (a "sticky"
-    // partitioner, as Kafka's producer does): one append and one fdatasync per batch instead of
-    // one per partition, while successive requests still go round the partitions.
-    const unkeyedPartition = t.produceRr++ % n;
-    if (t.produceRr > 0x3fffffff) t.produceRr %= n;
-    const groups = groupByPartition(items.map((it) => it.key), n, unkeyedPartition);
+    // Unkeyed messages of one request go together to the current run's partition (a sticky
+    // partitioner, as Kafka's producer has: ./partitioner.ts): one append and one fdatasync per
+    // request, and successive requests share a partition's group commits until the run is full.
+    const groups = groupByPartition(items.map((it) => it.key), n, t.unkeyed.forItems(n, items));
     return this.appendGroups(t, items, groups, undefined, nowMs);
   }
 
@@ -714,22 +728,84 @@ export class Broker {
     try {
       await Promise.all(durables); // fsync before 202 (docs/architecture.md)
     } catch (e) {
-      // A replicated partition answers for its copies (no_quorum: the followers did not confirm
-      // in time); anything else is this node's disk.
-      if (e instanceof NaradError) throw e;
-      this.log.error({ err: (e as Error).message, topic: t.meta.name }, "append failed");
-      for (const p of groups.keys()) {
-        const part = t.partitions[p];
-        if (part !== undefined && part.log.failed !== null) this.noteStopped(t, part);
-      }
-      throw new NaradError("storage_failed");
+      throw this.appendFailed(t, groups.keys(), e);
     } finally {
       this.pendingSyncBytes -= bytes;
     }
-    this.metrics.commitLatency.observe((this.opts.clock.monoMs() - started) / 1000);
-    this.wake(t);
-    if (t.meta.children.length > 0) for (const p of groups.keys()) t.copiers[p]?.kick();
+    this.appendDurable(t, groups.keys(), started);
     return results;
+  }
+
+  /** What an append whose fsync failed answers; a partition whose log stopped starts its back-off. */
+  private appendFailed(t: Topic, partitions: Iterable<number>, e: unknown): NaradError {
+    // A replicated partition answers for its copies (no_quorum: the followers did not confirm
+    // in time); anything else is this node's disk.
+    if (e instanceof NaradError) return e;
+    this.log.error({ err: (e as Error).message, topic: t.meta.name }, "append failed");
+    for (const p of partitions) {
+      const part = t.partitions[p];
+      if (part !== undefined && part.log.failed !== null) this.noteStopped(t, part);
+    }
+    return new NaradError("storage_failed");
+  }
+
+  /** After an append is durable: its commit time, the long polls it can serve, the children's copiers. */
+  private appendDurable(t: Topic, partitions: Iterable<number>, startedMono: number): void {
+    this.metrics.commitLatency.observe((this.opts.clock.monoMs() - startedMono) / 1000);
+    this.wake(t);
+    if (t.meta.children.length > 0) for (const p of partitions) t.copiers[p]?.kick();
+  }
+
+  /**
+   * One plain message (no producer id, headers or delay) on the single node, without an await:
+   * produce() for a one-item request, checked and appended now, `done` told once the message is
+   * durable (fsync before 202: docs/architecture.md) or why it was refused. The HTTP single
+   * produce's path (issue 17: produce() cost it seven awaits, a Promise.all and a Map a request).
+   * What produce() refuses before storing (topic_not_found, overloaded, shutting_down) is thrown
+   * here; a partition whose log stopped takes produce() itself, which reopens it when due.
+   */
+  produceOne(topicName: string, key: string | null, payload: Buffer, done: ProduceOneDone): void {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    const bytes = payload.length + (key?.length ?? 0) + MESSAGE_OVERHEAD_BYTES;
+    const overloaded = this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0;
+    if (overloaded && !this.faults.storesWhenOverloaded()) throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
+    const n = t.partitions.length;
+    const p = key === null ? t.unkeyed.next(n, 1, payload.length) : keyPartition(key, n);
+    const part = t.partitions[p];
+    if (overloaded || part === undefined || part.log.failed !== null) {
+      this.produce(topicName, [{ key, payload }]).then((r) => done(null, r[0]!), (e: unknown) => done(e));
+      return;
+    }
+    const { baseOffset, durable } = part.log.append([{ key: key === null ? null : Buffer.from(key, "utf8"), payload }], this.opts.clock.nowMs());
+    // What follows the fsync is done once per commit (the log's one promise a commit), not per
+    // message: its bytes leave the pending count, its time and messages are counted, long polls
+    // and copiers are woken. Registered first, it runs before the answers.
+    let j = t.joining[p];
+    if (j === undefined || j.durable !== durable) {
+      const joined: JoinedCommit = { durable, messages: 0, bytes: 0, startedMono: this.opts.clock.monoMs() };
+      t.joining[p] = j = joined;
+      durable.then(() => this.joinedDurable(t, p, joined), () => this.joinedEnded(t, p, joined));
+    }
+    j.messages++;
+    j.bytes += bytes;
+    this.pendingSyncBytes += bytes;
+    durable.then(
+      () => done(null, { partition: p, offset: baseOffset }),
+      (e: unknown) => done(this.appendFailed(t, [p], e)),
+    );
+  }
+
+  /** A commit that single produces joined is durable: what appendGroups does after its fsync, once for them all. */
+  private joinedDurable(t: Topic, p: number, j: JoinedCommit): void {
+    this.joinedEnded(t, p, j);
+    this.appendDurable(t, [p], j.startedMono);
+    (t.producedCounter ??= this.metrics.produced.labels(t.meta.name)).inc(j.messages);
+  }
+
+  private joinedEnded(t: Topic, p: number, j: JoinedCommit): void {
+    this.pendingSyncBytes -= j.bytes;
+    if (t.joining[p] === j) t.joining[p] = undefined;
   }
 
   // ---- consume --------------------------------------------------------------------------------

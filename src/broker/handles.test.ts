@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createCipheriv, createHmac, randomBytes } from "node:crypto";
 import { test } from "node:test";
-import { HandleCodec } from "./handles.js";
+import { HandleCodec, RECENT_HANDLES_MAX } from "./handles.js";
 
 const secret = randomBytes(32);
 const item = { partition: 1, offset: 5, tag: 9 };
@@ -92,4 +92,41 @@ test("a handle of version 2, minted before the boot tag existed (one 12-byte MAC
   assert.deepEqual(c.verify(11, [b.toString("base64url")]), [{ nodeNum: 0, bootSeq: 5, ...item, current: false }]);
   b[30]! ^= 1;
   assert.deepEqual(c.verify(11, [b.toString("base64url")]), [null], "an edited one is forged");
+});
+
+test("one handle at a time (a single consume's and ack's path: one CBC call, remembered handles) mints the bytes a batch mints, and checks as the full check does", () => {
+  const one = new HandleCodec(secret, 2, 5, "b");
+  const batch = new HandleCodec(secret, 2, 5, "b"); // the same process identity, nothing remembered
+  const items = Array.from({ length: 50 }, (_, i) => ({ partition: i % 3, offset: 2 ** 47 + i, tag: 0xffff_fff0 + (i % 16) }));
+  const bulk = batch.mint(11, items);
+  // Minted one at a time, with checks between them that run the same kept CBC cipher.
+  const singly = items.map((it, i) => {
+    const [h] = one.mint(11, [it]);
+    if (i > 0) assert.deepEqual(one.verify(11, [bulk[i - 1]!]), [{ ...items[i - 1]!, nodeNum: 2, bootSeq: 5, current: true }]);
+    return h!;
+  });
+  assert.deepEqual(singly, bulk);
+  // Remembered by `one`, not by `batch`: both check every one alike, one at a time and together.
+  for (const c of [one, batch]) {
+    for (const [i, h] of singly.entries()) assert.deepEqual(c.verify(11, [h]), [{ ...items[i]!, nodeNum: 2, bootSeq: 5, current: true }]);
+    assert.deepEqual(c.verify(11, singly), items.map((it) => ({ ...it, nodeNum: 2, bootSeq: 5, current: true })));
+    assert.deepEqual(c.verify(12, [singly[0]!]), [null], "another incarnation of the topic");
+  }
+  // Every single-bit edit, checked alone, is forged; so is the handle of an earlier process.
+  const bytes = Buffer.from(singly[7]!, "base64url");
+  for (let bit = 0; bit < bytes.length * 8; bit++) {
+    const b = Buffer.from(bytes);
+    b[bit >> 3]! ^= 1 << (bit & 7);
+    assert.deepEqual(one.verify(11, [b.toString("base64url")]), [null], `bit ${bit}`);
+  }
+  const [earlier] = new HandleCodec(secret, 2, 5, "a").mint(11, [item]);
+  assert.deepEqual(one.verify(11, [earlier!]), [{ ...item, nodeNum: 2, bootSeq: 5, current: false }]);
+});
+
+test("a handle minted one at a time and since forgotten (more than RECENT_HANDLES_MAX minted after it) still checks, through the full check", () => {
+  const c = new HandleCodec(secret, 0, 9, "b");
+  const [first] = c.mint(11, [item]);
+  for (let i = 0; i < RECENT_HANDLES_MAX + 10; i++) c.mint(11, [{ partition: 0, offset: i, tag: i }]);
+  assert.deepEqual(c.verify(11, [first!]), [{ ...item, nodeNum: 0, bootSeq: 9, current: true }]);
+  assert.deepEqual(c.verify(11, [first!.slice(0, 41) + (first!.at(-1) === "A" ? "E" : "A")]), [null]);
 });

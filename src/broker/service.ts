@@ -8,7 +8,7 @@
 
 import type { ChildJson, CreateTopicRequest, TopicStatsJson, UpdateTopicRequest } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
-import type { Broker, Delivery, ProduceItem, ReplayResult, SettleAction } from "./broker.js";
+import type { Broker, Delivery, ProduceItem, ProduceOneDone, ReplayResult, SettleAction } from "./broker.js";
 import type { ChildLink } from "./children.js";
 import type { BrokerMetrics } from "./metrics.js";
 import type { TopicInfo, TopicOwner } from "./topic.js";
@@ -40,6 +40,14 @@ export interface Produced {
   duplicate?: true;
 }
 
+/** The single node's synchronous produce of one message (Broker.produceOne). */
+export interface DirectProduce {
+  /** NaradError topic_not_found when there is none, at once. */
+  assertTopic(name: string): void;
+  /** What produce() would refuse before storing is thrown; `done` hears the rest. */
+  produceOne(topic: string, key: string | null, payload: Buffer, done: ProduceOneDone): void;
+}
+
 export interface Service {
   readonly metrics: BrokerMetrics;
   /** Topics carry their owner's user id, which the HTTP layer decides on and does not show. */
@@ -55,6 +63,11 @@ export interface Service {
   attachChild(parent: string, link: ChildLink, ctx: RequestContext): Promise<ChildJson>;
   detachChild(parent: string, child: string, ctx: RequestContext): Promise<void>;
   produce(topic: string, items: ProduceItem[], ctx: RequestContext): Promise<Produced[]>;
+  /**
+   * One plain message (no producer id, headers or delay) without an await, where the deployment
+   * has such a path: the single node's broker. Absent in a cluster, which routes with produce().
+   */
+  readonly direct?: DirectProduce;
   consume(topic: string, max: number, waitMs: number, signal: AbortSignal, ctx: RequestContext): Promise<Delivery[]>;
   settle(topic: string, handles: string[], action: SettleAction, ctx: RequestContext): Promise<SettleOutcome[]>;
   /** A replay page, or (from another owner) its JSON answer as is. */
@@ -123,6 +136,10 @@ export class LocalService implements Service {
 
   produce(topic: string, items: ProduceItem[]): Promise<Produced[]> {
     return this.broker.produce(topic, items);
+  }
+
+  get direct(): DirectProduce {
+    return this.broker;
   }
 
   consume(topic: string, max: number, waitMs: number, signal: AbortSignal): Promise<Delivery[]> {

@@ -10,8 +10,9 @@
 import { LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Timer } from "../platform/scheduler.js";
 import type { ChildLink, PartitionCopier } from "./children.js";
-import type { Delivery } from "./broker.js";
+import type { Delivery, JoinedCommit } from "./broker.js";
 import type { Partition } from "./partition.js";
+import { StickyPartitioner } from "./partitioner.js";
 
 /** Who owns a topic: the user's id, which ownership is decided on, and its name, for showing. */
 export interface TopicOwner {
@@ -51,7 +52,12 @@ export class Topic {
   partitions: (Partition | undefined)[] = [];
   copiers: (PartitionCopier | undefined)[] = [];
   readonly waiters: Waiter[] = [];
-  produceRr = 0;
+  /** Where unkeyed produces go: runs of messages, one partition at a time (./partitioner.ts). */
+  readonly unkeyed = new StickyPartitioner();
+  /** narad_produced_messages_total's child for this topic, made at the first produce (no label hashing a request). */
+  producedCounter: { inc(n?: number): void } | undefined;
+  /** Per partition, the commit single produces are joining now (Broker.produceOne). */
+  readonly joining: (JoinedCommit | undefined)[] = [];
   consumeRr = 0;
   serving = false;
   serveAgain = false;

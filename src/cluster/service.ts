@@ -3,7 +3,7 @@
 // in docs/architecture.md).
 //
 // - Produce: the partition is chosen here (the key's hash; unkeyed messages of one request all go
-//   to the next partition in turn), then appended locally or forwarded to its owner's internal
+//   to this node's current run's partition, src/broker/partitioner.ts), then appended locally or forwarded to its owner's internal
 //   route, which appends to exactly that partition and answers 202 only after its fsync and only
 //   while it still owns the partition. When the owner is known down, suspect, or refuses without
 //   having written anything (definite: not_owner, owner_unreachable, shutting_down), the messages
@@ -44,7 +44,7 @@ import { CopyPartlyStored, type ChildLink } from "../broker/children.js";
 import { checkDeadLetterFields, nextDeadLetterFields, type DeadLetterItem } from "../broker/dead-letters.js";
 import { HandleCodec } from "../broker/handles.js";
 import type { BrokerMetrics } from "../broker/metrics.js";
-import { groupByPartition } from "../broker/partitioner.js";
+import { groupByPartition, StickyPartitioner } from "../broker/partitioner.js";
 import { idempotentGroups } from "../broker/producers.js";
 import type { Produced, RequestContext, Service, SettleOutcome, TopicInfo, TopicOwner, TopicSettings } from "../broker/service.js";
 import type { Clock } from "../platform/clock.js";
@@ -124,6 +124,8 @@ export class ClusterService implements Service {
   private readonly log: Logger;
   private readonly codec: HandleCodec;
   private readonly produceRr = new Map<string, number>();
+  /** Per topic, this node's runs of unkeyed messages (src/broker/partitioner.ts); nodes start apart, by number. */
+  private readonly unkeyedRuns = new Map<string, StickyPartitioner>();
   private readonly consumeRr = new Map<string, number>();
   private readonly me: string;
   private readonly produces: Coalescer<ProduceForward, Produced[]>;
@@ -547,14 +549,18 @@ export class ClusterService implements Service {
   }
 
   /**
-   * Item indexes per partition: a key's partition, or for unkeyed items the next one in turn (an
+   * Item indexes per partition: a key's partition, or for unkeyed items the current run's (an
    * idempotent produce's: its producer's, src/broker/producers.ts, the same on every node).
    */
   private groupsFor(t: ClusterTopic, items: readonly ProduceItem[]): Map<number, number[]> {
     if (items[0]?.producer !== undefined) return idempotentGroups(items, t.partitions);
-    const keys = items.map((it) => it.key);
-    const unkeyed = keys.some((k) => k === null) ? this.nextPartition(this.produceRr, t.name, t.partitions) : 0;
-    return groupByPartition(keys, t.partitions, unkeyed);
+    let sticky = this.unkeyedRuns.get(t.name);
+    if (sticky === undefined) {
+      if (this.unkeyedRuns.size > 100_000) this.unkeyedRuns.clear(); // a bound; runs start afresh
+      sticky = new StickyPartitioner(Math.max(0, this.o.cp.nodeNumber - 1) % t.partitions);
+      this.unkeyedRuns.set(t.name, sticky);
+    }
+    return groupByPartition(items.map((it) => it.key), t.partitions, sticky.forItems(t.partitions, items));
   }
 
   /** Starting points differ per node (by its number), so nodes taking turns cover the partitions together. */

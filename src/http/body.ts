@@ -23,39 +23,44 @@ export async function readBody(req: IncomingMessage, limitBytes: number, code: E
 
 /** The body as the chunks it arrived in (a binary batch is decoded from them without a join). */
 export function readBodyChunks(req: IncomingMessage, limitBytes: number, code: ErrorCode = "payload_too_large"): Promise<Buffer[]> {
+  return new Promise((resolve, reject) => readBodyThen(req, limitBytes, code, (err, chunks) => (err === null ? resolve(chunks!) : reject(err))));
+}
+
+/**
+ * Reads the body and calls `done` once, with its chunks or the error to answer (a 413 as
+ * BodyTooLarge). The callback form is the single produce's path, which takes no promise per step.
+ */
+export function readBodyThen(req: IncomingMessage, limitBytes: number, code: ErrorCode, done: (err: NaradError | null, chunks?: Buffer[]) => void): void {
   const tooLarge = () =>
     new BodyTooLarge(code, code === "payload_too_large"
       ? `The message is over ${limitBytes} bytes (1 MiB); split it or store it elsewhere and send a reference.`
       : `The request body is over ${limitBytes} bytes; send fewer or smaller messages per request.`);
   const announced = req.headers["content-length"];
-  if (announced !== undefined && Number(announced) > limitBytes) return Promise.reject(tooLarge());
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    const onData = (c: Buffer) => {
-      size += c.length;
-      if (size > limitBytes) {
-        failed = true;
-        req.off("data", onData);
-        req.pause();
-        reject(tooLarge());
-        return;
-      }
-      chunks.push(c);
-    };
-    req.on("data", onData);
-    req.once("end", () => {
-      if (failed) return;
-      resolve(chunks);
-    });
-    req.once("error", (e) => {
-      if (!failed) reject(new NaradError("bad_request", `Reading the request body failed: ${e.message}`));
-    });
-    req.once("aborted", () => {
-      if (!failed) reject(new NaradError("bad_request", "The client went away before sending the whole body."));
-    });
-  });
+  if (announced !== undefined && Number(announced) > limitBytes) return done(tooLarge());
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let settled = false;
+  const settle = (err: NaradError | null) => {
+    if (settled) return;
+    settled = true;
+    if (err === null) done(null, chunks);
+    else done(err);
+  };
+  const onData = (c: Buffer) => {
+    size += c.length;
+    if (size > limitBytes) {
+      req.off("data", onData);
+      req.pause();
+      settle(tooLarge());
+      return;
+    }
+    chunks.push(c);
+  };
+  // on, not once (once wraps each listener): `settle` takes the first of them only.
+  req.on("data", onData);
+  req.on("end", () => settle(null));
+  req.on("error", (e) => settle(new NaradError("bad_request", `Reading the request body failed: ${e.message}`)));
+  req.on("aborted", () => settle(new NaradError("bad_request", "The client went away before sending the whole body.")));
 }
 
 /**

@@ -176,3 +176,22 @@ export function parseDelayMs(v: unknown, what = "delay_ms"): number | undefined 
 export function headersHeaderValue(h: readonly (readonly [string, string])[]): string {
   return JSON.stringify(Object.fromEntries(h)).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
+
+/**
+ * Whether the request's Prefer header (RFC 7240) asks for `return=minimal`: among its
+ * comma-separated preferences, one named `return` (any case) whose value is `minimal` (any case,
+ * quoted or not), its parameters after `;` ignored. Repeated Prefer headers arrive joined by ", ".
+ */
+export function prefersMinimal(prefer: string | string[] | undefined): boolean {
+  if (prefer === undefined) return false;
+  if (prefer === "return=minimal") return true; // what the SDK sends
+  for (const pref of (Array.isArray(prefer) ? prefer.join(",") : prefer).split(",")) {
+    const [nv] = pref.split(";", 1);
+    const eq = nv!.indexOf("=");
+    if (eq < 0 || nv!.slice(0, eq).trim().toLowerCase() !== "return") continue;
+    let v = nv!.slice(eq + 1).trim();
+    if (v.length >= 2 && v.startsWith('"') && v.endsWith('"')) v = v.slice(1, -1);
+    if (v.toLowerCase() === "minimal") return true;
+  }
+  return false;
+}

@@ -148,11 +148,19 @@ function lingerAfterAnswer(req: IncomingMessage): void {
   };
 }
 
+/** When an answer's request arrived (performance.now()) and its route's name in metrics. */
+const STARTED_MS = Symbol("narad.startedMs");
+const ROUTE = Symbol("narad.route");
+type Tracked = ServerResponse & { [STARTED_MS]?: number; [ROUTE]?: string };
+
 /** Closes a connection once what was written to it reached the kernel. */
 function endAfterWrites(socket: Duplex): void {
   socket.once("finish", () => socket.destroy());
   socket.end();
 }
+
+const NO_QUERY = Object.freeze({});
+const unparsedQuery = (): Record<string, string> => NO_QUERY;
 
 /** A server built without producer ids (some tests): ids are neither minted nor known. */
 const NO_PRODUCERS: ProducerIdsApi = {
@@ -163,7 +171,9 @@ const NO_PRODUCERS: ProducerIdsApi = {
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const { service: svc, nodeId, bootId, cluster } = opts;
   const log = opts.logger.child({ module: "http" });
-  const router = FindMyWay({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: ROUTE_PARAM_CHARS_MAX });
+  // The query is parsed once, by the route (src/http/router.ts, URLSearchParams): find-my-way
+  // would parse it too, for a result nobody reads.
+  const router = FindMyWay({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: ROUTE_PARAM_CHARS_MAX, querystringParser: unparsedQuery });
   let inFlight = 0;
   let stopping = false;
   let ready = false;
@@ -205,6 +215,14 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     c.inc();
   };
 
+  /** An answer's end (written, or its connection gone): the counts in flight, its metrics. */
+  const onAnswerClosed = function (this: Tracked): void {
+    const socket = this.req.socket as Counted;
+    inFlight--;
+    if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
+    if (stopping && inFlight === 0) drained?.();
+    answered(this[ROUTE]!, this.statusCode, performance.now() - this[STARTED_MS]!);
+  };
   // Every answer names the node and its boot (src/http/respond.ts): one header list per server.
   const identityHeaders: readonly string[] = [HEADERS.node, nodeId, HEADERS.boot, bootId];
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
@@ -222,14 +240,10 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     const socket = req.socket as Counted;
     socket[PENDING] = (socket[PENDING] ?? 0) + 1;
     socket[LAST] = res; // no object per request: the request is res.req
-    const startedMs = performance.now();
-    let route = "unmatched";
-    res.once("close", () => {
-      inFlight--;
-      if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
-      if (stopping && inFlight === 0) drained?.();
-      answered(route, res.statusCode, performance.now() - startedMs);
-    });
+    const tracked = res as Tracked;
+    tracked[STARTED_MS] = performance.now();
+    tracked[ROUTE] = "unmatched";
+    res.on("close", onAnswerClosed); // one listener made per server, not a closure per request
     if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) {
       res.setHeader("connection", "close");
       return finishWithError(req, res, new NaradError("bad_request", "An HTTP/1.1 request needs a Host header."));
@@ -248,7 +262,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       res.setHeader("allow", allow);
       return finishWithError(req, res, new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}; allowed: ${allow}.`));
     }
-    route = (found.store as RouteStore | undefined)?.route ?? "internal";
+    tracked[ROUTE] = (found.store as RouteStore | undefined)?.route ?? "internal";
     try {
       const r = (found.handler as unknown as (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void)(req, res, found.params);
       if (r instanceof Promise) r.catch((e: unknown) => finishWithError(req, res, e));

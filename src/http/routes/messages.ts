@@ -4,15 +4,15 @@
 // once, here, and per request does only its own parsing, one Service call and one writeHead with
 // a flat header list (src/http/respond.ts); nothing here adds an await or a closure per message.
 
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Delivery, ProduceItem, SettleAction } from "../../broker/broker.js";
 import type { ProducerIdsApi } from "../../broker/producer-ids.js";
 import type { Produced } from "../../broker/service.js";
 import { NaradError } from "../../protocol/errors.js";
 import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
-import { readBatch, readBody, readJson } from "../body.js";
-import { asObject, badExtend, checkKey, headersFromRequest, headersHeaderValue, parseDelayMs, partitionParam, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
-import { abortOnClose, head, outcomeStatus, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
+import { readBatch, readBody, readBodyThen, readJson } from "../body.js";
+import { asObject, badExtend, checkKey, headersFromRequest, headersHeaderValue, parseDelayMs, partitionParam, prefersMinimal, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
+import { abortOnClose, head, outcomeStatus, sendBody, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
 import type { Ctx, RouteDeps } from "../router.js";
 
 export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers: ProducerIdsApi): void {
@@ -47,11 +47,55 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
   };
   const resultJson = (r: Produced) => (r.duplicate === true ? { partition: r.partition, offset: r.offset, duplicate: true } : { partition: r.partition, offset: r.offset });
 
+  /**
+   * A single produce's 202: JSON by default; with `Prefer: return=minimal` (RFC 7240) no body, the
+   * place in Narad-Partition and Narad-Offset (docs/api.md). Either way it names the owner that
+   * stored it, as a consume names the lease's owner (the verification toolkit records it: a kill
+   * of that node is what can make a child receive a copy twice).
+   */
+  const produced = (req: IncomingMessage, res: ServerResponse, r: Produced): void => {
+    const headers = [HEADERS.owner, r.owner ?? nodeId, HEADERS.ownerBoot, r.ownerBoot ?? bootId];
+    if (r.duplicate === true) headers.push(HEADERS.duplicate, "true");
+    if (!prefersMinimal(req.headers.prefer)) return sendJson(res, 202, resultJson(r), headers);
+    headers.push(HEADERS.partition, String(r.partition), HEADERS.offset, String(r.offset), "preference-applied", "return=minimal", "content-length", "0");
+    sendEmpty(res, 202, headers);
+  };
+
   // ---- produce --------------------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/messages", "produce", async (req, res, p, q, ctx) => {
+  on("POST", "/v1/topics/:topic/messages", "produce", (req, res, p, q, ctx) => {
     const topic = topicParam(p);
-    await svc.checkTopic(topic); // 404 before reading a body for a topic that does not exist
     const key = q.get("key");
+    const direct = svc.direct;
+    const h = req.headers;
+    if (direct === undefined || q.has("delay_ms") || h[HEADERS.messageHeaders] !== undefined || h[HEADERS.producerId] !== undefined || h[HEADERS.sequence] !== undefined) {
+      return produceRouted(req, res, topic, key, q, ctx);
+    }
+    // A plain message on the single node: one promise for the request, no await per step
+    // (issue 17). The same checks in the same order as produceRouted, the same answers.
+    direct.assertTopic(topic); // 404 before reading a body for a topic that does not exist
+    checkKey(key);
+    return new Promise<void>((resolve, reject) => {
+      readBodyThen(req, LIMITS.messageBytesMax, "payload_too_large", (err, chunks) => {
+        if (err !== null) return reject(err);
+        try {
+          direct.produceOne(topic, key, chunks!.length === 1 ? chunks![0]! : Buffer.concat(chunks!), (e, r) => {
+            if (e !== null) return reject(e);
+            try {
+              produced(req, res, r!);
+              resolve();
+            } catch (x) {
+              reject(x);
+            }
+          });
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+  });
+  /** A produce of one message through Service.produce: a cluster's, an idempotent one, one with headers or a delay. */
+  const produceRouted = async (req: IncomingMessage, res: ServerResponse, topic: string, key: string | null, q: URLSearchParams, ctx: Ctx): Promise<void> => {
+    await svc.checkTopic(topic); // 404 before reading a body for a topic that does not exist
     checkKey(key);
     // A per-message delay and headers (issue 16 item 13): checked before the body is read.
     const delayMs = parseDelayMs(q.get("delay_ms") ?? undefined);
@@ -60,12 +104,8 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     const payload = await readBody(req, LIMITS.messageBytesMax);
     const item = msgHeaders === undefined && delayMs === undefined ? { key, payload } : { key, payload, ...(msgHeaders !== undefined ? { headers: msgHeaders } : {}), ...(delayMs !== undefined ? { delayMs } : {}) };
     const [r] = await svc.produce(topic, idem === null ? [item] : numbered([item], idem), ctx.req);
-    // The owner that stored it, as a consume names the lease's owner (the verification toolkit
-    // records it: a kill of that node is what can make a child receive a copy twice).
-    const headers = [HEADERS.owner, r!.owner ?? nodeId, HEADERS.ownerBoot, r!.ownerBoot ?? bootId];
-    if (r!.duplicate === true) headers.push(HEADERS.duplicate, "true");
-    sendJson(res, 202, resultJson(r!), headers);
-  });
+    produced(req, res, r!);
+  };
   on("POST", "/v1/topics/:topic/messages/batch", "produce", async (req, res, p, _q, ctx) => {
     const topic = topicParam(p);
     await svc.checkTopic(topic);
@@ -114,7 +154,7 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     }
     if (d.headers !== undefined) headers.push(HEADERS.messageHeaders, headersHeaderValue(d.headers));
     head(res, 200, headers);
-    res.end(r.payload);
+    sendBody(res, r.payload);
   });
   on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
