@@ -1,12 +1,15 @@
 // Natural batching of produce() calls (docs/client.md, "Batching").
 //
 // Design notes
-// - Overlapping produce() calls to one topic go out together, as one batch request: a call is
-//   sent at once when fewer than `batchesInFlightMax` batches of its topic are out, else it waits
-//   in the client and goes with the others that waited when a batch returns. No timer: a lone
-//   call goes at once, alone (as a single produce), and under load batches grow by themselves to
-//   what arrived during one round trip, so a busy client sends few, large requests and a quiet
-//   one adds no delay.
+// - Overlapping produce() calls to one topic go out together, as one batch request: calls are
+//   sent at once (at the end of the current turn's microtasks, so calls made in one turn, such
+//   as the callers one answer resumed, share a batch) when fewer than `batchesInFlightMax`
+//   batches of the topic are out, else they wait in the client and go together when a batch
+//   returns. No timer: a lone call goes at once, alone (as a single produce), and under load
+//   batches grow by themselves to what arrived during a round trip, so a busy client sends few,
+//   large requests and a quiet one adds no delay. (Sending the first call of a turn on its own,
+//   at once, measured about twice the server CPU a message at 64 callers: half the requests
+//   then carried one message.)
 // - A batch holds messages of one partition, so no node ever stores part of it: in a cluster the
 //   receiving node splits a batch by partition and forwards each part to its owner, and parts
 //   can fail apart (docs/api.md, "Cluster": 502 forward_failed with a result per message), also
@@ -214,6 +217,8 @@ class TopicState<R> {
   /** Keyed messages waiting for the partition count. */
   awaiting: Waiting<R>[] = [];
   lookingUp = false;
+  /** A pump is queued as a microtask. */
+  flushing = false;
   /** Messages waiting, out, or awaiting the count: the state is dropped when none are left. */
   pending = 0;
 }
@@ -274,7 +279,14 @@ export class Batcher<R extends { partition: number }> {
   #enqueue(topic: string, t: TopicState<R>, g: Group<R>, w: Waiting<R>): void {
     g.items.push(w);
     t.ready.add(g);
-    this.#pump(topic, t);
+    // Sent at the end of this turn's microtasks, not here: the calls made together (a loop, or
+    // the callers a batch's answer just resumed) go together. No timer, no I/O waited for.
+    if (t.flushing) return;
+    t.flushing = true;
+    queueMicrotask(() => {
+      t.flushing = false;
+      this.#pump(topic, t);
+    });
   }
 
   /** Sends batches while the topic has room and a group that may send. */

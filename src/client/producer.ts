@@ -18,9 +18,9 @@
 // Batching: when the client batches (its `batching` option, the default over HTTP), produce()
 // calls that overlap go through a Batcher of this producer's own (./batcher.ts), as plain
 // produces do. A batch takes its sequences when it is sent, one per message in order (the
-// broker numbers a batch's messages N, N+1, ...), so a batch's sequences are consecutive; a call
-// sent at once (no batch of its topic waiting) takes the next sequence before produce() returns,
-// as without batching. An ambiguous batch is sent again whole with the same sequences until the
+// broker numbers a batch's messages N, N+1, ...), so a batch's sequences are consecutive. A
+// lone call (nothing else of this producer in flight) takes the next sequence in the same turn,
+// before any I/O, so `nextSequence` read just before it names its sequence, as without batching. An ambiguous batch is sent again whole with the same sequences until the
 // answer is definite (stored messages answer as duplicates), the same loop as a single produce.
 // An unkeyed batch never crosses a run of 1024 sequences (docs/api.md, "Idempotent producers":
 // each run has its partition), so the broker stores it in one partition.
