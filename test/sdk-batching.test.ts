@@ -257,8 +257,8 @@ function defineBatchingSuite(name: string, deploy: Deploy): void {
       const producer = c.producer({ idempotent: true });
       await producer.id();
       const batches0 = await requests(d.urls[0]!, BATCH);
-      // Answers come 3 s late: time to see the batch stored, then reset the line so its answer is lost.
-      proxy.setToxic("downstream", { kind: "latency", latencyMs: 3000 });
+      // Answers come 5 s late: time to see the batch stored, then reset the line so its answer is lost.
+      proxy.setToxic("downstream", { kind: "latency", latencyMs: 5000 });
       const calls = Array.from({ length: 20 }, (_, i) => producer.produce(topic, `idem-${i}`));
       await waitFor(async () => (await stored(admin, topic, 3)).size === 20, { timeoutMs: 20_000, what: "the batch stored on the node" });
       proxy.setToxic("downstream", { kind: "reset" });
