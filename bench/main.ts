@@ -13,6 +13,8 @@
 // The peer brokers (NATS JetStream, BullMQ on Redis) are measured live in this run when their
 // servers are installed: see peers.ts, and BENCH_ONLY=peers (or nats, bullmq). Idempotent
 // producers beside plain produce, and the dedupe state's memory: idempotent.ts (BENCH_ONLY=idempotent).
+// The SDK's produce() from many concurrent callers, batching on and off, beside nats.js:
+// sdk-produce.ts (BENCH_ONLY=sdk).
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, readFile } from "node:fs/promises";
@@ -365,6 +367,11 @@ async function main(): Promise<void> {
         row(`produce over the stream, ${n} in flight, 3 partitions (msgs/s; ${per(r)}; p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms)`, fmt(r.perS), `HTTP ${fmt(http.perS)}; fdatasync ${fmt(base.perS)}`, r.perS / http.perS, goal);
       }
       await sdk.close();
+    }
+
+    if (want("sdk")) {
+      const { benchSdkProduce } = await import("./sdk-produce.js");
+      await benchSdkProduce({ closedLoop, interleaved, row, fmt, payload: PAYLOAD, url: node.url, pid: node.proc.pid!, createTopic: (name, partitions) => createTopic(np, name, partitions) });
     }
 
     if (want("batch")) {

@@ -240,7 +240,13 @@ const NATS_CONSUME_RATE_GUESS = 150_000;
 const NATS_BACKLOG_MAX = 4_000_000;
 const NATS_FILL_WINDOW = 512;
 
-async function benchNats(h: Harness, exe: string): Promise<void> {
+/**
+ * A nats-server with JetStream on file storage in its own temp directory, nats.js connected, and
+ * `stream(name, subject)` making a stream as the peers measured it (file storage, WorkQueue
+ * retention: an acked message is deleted; one replica). `close()` closes the connection and stops
+ * the server.
+ */
+async function startNats(exe: string) {
   const nats = await import("nats");
   const server = await startServer(
     "nats",
@@ -249,16 +255,60 @@ async function benchNats(h: Harness, exe: string): Promise<void> {
     /Listening for client connections on 127\.0\.0\.1:(\d+)[\s\S]*Server is ready/,
   );
   let nc: NatsConnection | undefined;
+  try {
+    nc = await nats.connect({ servers: `127.0.0.1:${server.ready[1]}`, maxPingOut: 100 });
+    const jsm = await nc.jetstreamManager();
+    const conn = nc;
+    return {
+      nats,
+      server,
+      nc: conn,
+      jsm,
+      js: nc.jetstream(),
+      stream: (name: string, subject: string) => jsm.streams.add({ name, subjects: [subject], retention: nats.RetentionPolicy.Workqueue, storage: nats.StorageType.File, num_replicas: 1 }),
+      close: async () => {
+        await within(conn.close(), CLOSE_TIMEOUT_MS, "closing the NATS connection").catch(() => undefined);
+        await server.stop();
+      },
+    };
+  } catch (e) {
+    if (nc !== undefined) await within(nc.close(), CLOSE_TIMEOUT_MS, "closing the NATS connection").catch(() => undefined);
+    await server.stop();
+    throw e;
+  }
+}
+
+/**
+ * nats.js `js.publish` of `payload` to a file-storage stream, as a closed-loop op (`publish`
+ * resolves to 1 once its PubAck came), on a nats-server started for `body` and stopped after it;
+ * `purge` empties the stream (not timed), `pid` is the server's. When nats-server or the nats
+ * package is missing, prints why and returns without calling `body` (bench/sdk-produce.ts).
+ */
+export async function withNatsPublish(payload: Buffer, body: (n: { pid: number; publish: () => Promise<number>; purge: () => Promise<void> }) => Promise<void>): Promise<void> {
+  await guarded("NATS JetStream", "nats-server", "nats", async (exe) => {
+    const n = await startNats(exe);
+    try {
+      await n.stream("PUB", "pub.>");
+      const publish = async () => {
+        await n.js.publish("pub.q", payload);
+        return 1;
+      };
+      await body({ pid: n.server.pid, publish, purge: async () => void (await n.jsm.streams.purge("PUB")) });
+    } catch (e) {
+      throw withCause(e, n.server);
+    } finally {
+      await n.close();
+    }
+  });
+}
+
+async function benchNats(h: Harness, exe: string): Promise<void> {
+  const started = await startNats(exe);
+  const { nats, server, nc, jsm, js, stream } = started;
   let thin: ThinNats | undefined;
   try {
     // Narad stays up while a peer runs: its CPU is shown too, to see that it is idle then.
     const pid = { "nats-server": server.pid, "narad (idle)": h.narad.pid };
-    nc = await nats.connect({ servers: `127.0.0.1:${server.ready[1]}`, maxPingOut: 100 });
-    const jsm = await nc.jetstreamManager();
-    const js = nc.jetstream();
-    // As the peers measured it: file storage, WorkQueue retention (an acked message is deleted), one replica.
-    const stream = (name: string, subject: string) =>
-      jsm.streams.add({ name, subjects: [subject], retention: nats.RetentionPolicy.Workqueue, storage: nats.StorageType.File, num_replicas: 1 });
     await stream("PUB", "pub.>");
     await stream("CON", "con.>");
     await jsm.consumers.add("CON", { durable_name: "C", ack_policy: nats.AckPolicy.Explicit, max_ack_pending: 10_000 });
@@ -340,8 +390,7 @@ async function benchNats(h: Harness, exe: string): Promise<void> {
     throw withCause(e, server);
   } finally {
     thin?.close();
-    if (nc !== undefined) await within(nc.close(), CLOSE_TIMEOUT_MS, "closing the NATS connection").catch(() => undefined);
-    await server.stop();
+    await started.close();
   }
 }
 

@@ -1,4 +1,5 @@
-// Key → partition: FNV-1a (32-bit) over the key's UTF-8 bytes, modulo the partition count.
+// Key → partition: FNV-1a (32-bit) over the key's UTF-8 bytes, modulo the partition count
+// (src/protocol/partition.ts, shared with the SDK's batcher, re-exported here for the broker).
 // Stable across nodes, restarts and versions (docs/api.md states it), so a key keeps its
 // partition while the count stays the same; adding partitions moves keys.
 //
@@ -10,19 +11,9 @@
 // than "until the partition's commit flushes", so the runs are the same whatever the disk's speed
 // (a slow partition is not handed more) and a test can see them.
 
-export function fnv1a32(s: string | Buffer): number {
-  const bytes = typeof s === "string" ? Buffer.from(s, "utf8") : s;
-  let h = 0x811c9dc5;
-  for (let i = 0; i < bytes.length; i++) {
-    h ^= bytes[i]!;
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
+import { keyPartition } from "../protocol/partition.js";
 
-export function keyPartition(key: string | Buffer, partitions: number): number {
-  return fnv1a32(key) % partitions;
-}
+export { fnv1a32, keyPartition } from "../protocol/partition.js";
 
 /**
  * Groups the items of one produce request by partition: keyed ones by their key's hash, unkeyed

@@ -62,6 +62,7 @@ import {
   refusedBeforeSending,
 } from "./errors.js";
 import { StreamTransport } from "./stream-transport.js";
+import { BatchBudget, Batcher, batchingLimits, checkMessage, destroyedBeforeSending, outcomesOfPartial, type BatchItem, type Outcome } from "./batcher.js";
 import type {
   AckStatus,
   AttachChildOptions,
@@ -259,12 +260,18 @@ export class Narad {
   readonly #hNone: HeaderMap;
   readonly #hJson: HeaderMap;
   readonly #hOctet: HeaderMap;
+  readonly #hProduce: HeaderMap;
   readonly #hBatch: HeaderMap;
   readonly #hDeliveries: HeaderMap;
   readonly #topicPaths = new Map<string, string>();
   readonly #visibilityMs = new Map<string, number>();
   /** produce() over the streaming protocol (`transport: "stream"`), else undefined. */
   readonly #stream: StreamTransport | undefined;
+  /** produce() batching (./batcher.ts), shared with this client's idempotent producers; undefined when off. */
+  readonly #budget: BatchBudget | undefined;
+  readonly #batcher: Batcher<Produced> | undefined;
+  /** Set by close() and destroy(): later produces go one request each, to fail as any request then does. */
+  #closing = false;
 
   constructor(opts: NaradOptions) {
     const u = parseUrl(opts.url);
@@ -280,9 +287,15 @@ export class Narad {
     this.#hNone = auth;
     this.#hJson = { ...auth, "content-type": "application/json" };
     this.#hOctet = { ...auth, "content-type": "application/octet-stream" };
+    // RFC 7240: a node that knows it may answer a single produce with a body-less 202 and the
+    // result in headers (less to write and parse); one that does not sends the JSON body.
+    this.#hProduce = { ...this.#hOctet, prefer: "return=minimal" };
     this.#hBatch = { ...auth, "content-type": BATCH_BINARY_TYPE };
     this.#hDeliveries = { ...auth, accept: DELIVERIES_TYPE };
     this.#stream = opts.transport === "stream" ? new StreamTransport({ url: u, authorization: auth.authorization, requestTimeoutMs: this.#requestTimeoutMs, connectTimeoutMs: opts.connectTimeoutMs ?? 10_000 }) : undefined;
+    const limits = opts.transport === "stream" ? null : batchingLimits(opts.batching);
+    this.#budget = limits === null ? undefined : new BatchBudget(limits);
+    this.#batcher = this.#budget === undefined ? undefined : new Batcher<Produced>(this.#batchLane(), this.#budget);
     this.#pool = new Pool(u.origin, {
       connections: opts.connections ?? CONNECTIONS_DEFAULT,
       pipelining: 1,
@@ -292,14 +305,24 @@ export class Narad {
     });
   }
 
-  /** Closes the connections after in-flight requests finish (a waiting long poll delays it). */
-  close(): Promise<void> {
-    if (this.#stream !== undefined) return this.#stream.close().then(() => this.#pool.close());
+  /**
+   * Closes the connections after in-flight requests finish (a waiting long poll delays it);
+   * produces waiting in the client to be batched are sent first.
+   */
+  async close(): Promise<void> {
+    this.#closing = true;
+    await this.#budget?.idle();
+    if (this.#stream !== undefined) await this.#stream.close();
     return this.#pool.close();
   }
 
-  /** Closes the connections at once; in-flight requests fail with NaradAmbiguousError. */
+  /**
+   * Closes the connections at once; in-flight requests fail with NaradAmbiguousError, and
+   * produces still waiting in the client to be batched with a NaradConnectionError (not sent).
+   */
   destroy(): Promise<void> {
+    this.#closing = true;
+    this.#budget?.failQueued(destroyedBeforeSending());
     this.#stream?.destroy();
     return this.#pool.destroy();
   }
@@ -414,12 +437,21 @@ export class Narad {
    * (503: retry shortly). Throws NaradAmbiguousError when the answer was lost: the message may be
    * stored, and producing it again may store it twice. NaradConnectionError: nothing was sent.
    * Resolves with the partition and offset, and the owner (node and boot id) that stored it.
+   *
+   * Calls that overlap are sent together as batches (docs/client.md, "Batching"; `batching:
+   * false` turns it off): each still resolves or rejects with its own outcome, and an ambiguous
+   * failure of a batch is ambiguous for each call in it.
    */
   produce(topic: string, payload: Uint8Array | string, opts: ProduceOptions & IdempotentSend = {}): Promise<Produced> {
     try {
       checkMessage(payload, opts.key, "produce");
     } catch (e) {
       return Promise.reject(e);
+    }
+    // Headers and a delay have no room in the binary batch, and an idempotent send carries its
+    // own sequence: those go one request each.
+    if (this.#batcher !== undefined && !this.#closing && opts.producerId === undefined && opts.headers === undefined && opts.delayMs === undefined) {
+      return this.#batcher.produce(topic, toBuffer(payload), opts.key ?? null);
     }
     // The stream carries no producer id yet (a reserved field), nor headers or a delay: those go by HTTP.
     if (this.#stream !== undefined && opts.producerId === undefined && opts.headers === undefined && opts.delayMs === undefined) {
@@ -434,11 +466,13 @@ export class Narad {
     if (opts.delayMs !== undefined) path += `${opts.key == null ? "?" : "&"}delay_ms=${opts.delayMs}`;
     // Headers ride in one request header as JSON, every character past ASCII \u-escaped (header
     // values are Latin-1 on the wire).
-    const base = withProducer(this.#hOctet, opts);
+    const base = withProducer(this.#hProduce, opts);
     const h = opts.headers === undefined ? base : { ...base, [HEADERS.messageHeaders]: asciiJson(opts.headers) };
     const res = await this.#call("POST", path, h, payload, "produce");
-    // The parsed body is the result: the owner's two fields go on it, no second object.
-    const r = (await res.body.json()) as Produced;
+    // The parsed body is the result: the owner's two fields go on it, no second object. A
+    // body-less 202 (Prefer: return=minimal) has the result in headers instead.
+    const text = await res.body.text();
+    const r = text.length > 0 ? (JSON.parse(text) as Produced) : minimalAnswer(res.headers);
     r.owner = header(res.headers, HEADERS.owner) ?? header(res.headers, HEADERS.node) ?? null;
     r.ownerBoot = header(res.headers, HEADERS.ownerBoot) ?? header(res.headers, HEADERS.boot) ?? null;
     return r;
@@ -450,13 +484,15 @@ export class Narad {
    * or a batch over the batch limit (LIMITS.batchBodyBytesMax, LIMITS.batchMessagesMax), refuses
    * the whole batch (413). Errors as for produce(); an ambiguous batch may be stored entirely or
    * not at all, except a NaradPartialBatchError (a cluster stored only part of a batch that went
-   * to several owners), whose `results` say per message whether it was stored.
+   * to several owners), whose `results` say per message whether it was stored. Each result names
+   * the owner that stored it when one owner stored the whole batch (`Narad-Owner` of the
+   * answer), else null.
    */
   async produceBatch(
     topic: string,
     messages: readonly ProduceMessage[],
     opts: { encoding?: "binary" | "json" } & IdempotentSend = {},
-  ): Promise<ProduceResult[]> {
+  ): Promise<Produced[]> {
     if (messages.length === 0) return [];
     if (messages.length > LIMITS.batchMessagesMax) {
       throw refusedBeforeSending("batch_too_large", `produce batch: ${messages.length} messages, over the ${LIMITS.batchMessagesMax} a batch holds`);
@@ -489,7 +525,35 @@ export class Narad {
       if (e instanceof NaradPartialBatchError && e.results.length !== messages.length) throw new NaradAmbiguousError(e.code, e.message, e.status);
       throw e;
     }
-    return ((await res.body.json()) as BatchProduceResponse).results;
+    const results = ((await res.body.json()) as BatchProduceResponse).results as Produced[];
+    const owner = header(res.headers, HEADERS.owner) ?? null;
+    const ownerBoot = owner === null ? null : (header(res.headers, HEADERS.ownerBoot) ?? null);
+    for (const r of results) {
+      r.owner = owner;
+      r.ownerBoot = ownerBoot;
+    }
+    return results;
+  }
+
+  /** How the batcher sends: one message as a single produce, more as one binary batch. */
+  #batchLane() {
+    const lane = {
+      send: async (topic: string, items: readonly BatchItem[]): Promise<readonly Outcome<Produced>[]> => {
+        if (items.length === 1) {
+          const it = items[0]!;
+          return [{ ok: true, value: await this.#produceHttp(topic, it.payload, it.key === null ? {} : { key: it.key }) }];
+        }
+        try {
+          const rs = await this.produceBatch(topic, items.map((it) => (it.key === null ? { payload: it.payload } : { payload: it.payload, key: it.key })));
+          return rs.map((value) => ({ ok: true, value }));
+        } catch (e) {
+          if (e instanceof NaradPartialBatchError) return outcomesOfPartial(e, (r) => ({ partition: r.partition, offset: r.offset, owner: null, ownerBoot: null }));
+          throw e;
+        }
+      },
+      partitions: async (topic: string) => (await this.getTopic(topic)).partitions,
+    };
+    return lane;
   }
 
   /**
@@ -508,7 +572,7 @@ export class Narad {
    * once. Its id is taken at its first produce.
    */
   producer(opts: IdempotentProducerOptions): IdempotentProducer {
-    return new IdempotentProducer(this, opts);
+    return new IdempotentProducer(this, opts, this.#closing ? undefined : this.#budget);
   }
 
   // ---------------------------------------------------------------- consume
@@ -1132,17 +1196,6 @@ function toChild(c: ChildJson): TopicChild {
   return c.delay_ms === undefined ? { topic: c.topic, kind: c.kind } : { topic: c.topic, kind: c.kind, delayMs: c.delay_ms };
 }
 
-/** Refuses, before sending, a message the server would refuse for its size or its key's. */
-function checkMessage(payload: Uint8Array | string, key: string | null | undefined, what: string): void {
-  const size = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
-  if (size > LIMITS.messageBytesMax) {
-    throw refusedBeforeSending("payload_too_large", `${what}: the message is ${size} bytes, over the ${LIMITS.messageBytesMax}-byte (1 MiB) limit`);
-  }
-  if (key != null && key.length * 3 > LIMITS.keyBytesMax && Buffer.byteLength(key) > LIMITS.keyBytesMax) {
-    throw refusedBeforeSending("invalid_argument", `${what}: the key is over ${LIMITS.keyBytesMax} bytes`);
-  }
-}
-
 function checkBatchBody(bytes: number): void {
   if (bytes > LIMITS.batchBodyBytesMax) {
     throw refusedBeforeSending("batch_too_large", `produce batch: the request body would be ${bytes} bytes, over the ${LIMITS.batchBodyBytesMax}-byte limit`);
@@ -1176,6 +1229,18 @@ export interface IdempotentSend {
 function withProducer(h: HeaderMap, o: IdempotentSend): HeaderMap {
   if (o.producerId === undefined) return h;
   return { ...h, [HEADERS.producerId]: o.producerId, [HEADERS.sequence]: String(o.sequence ?? 0) };
+}
+
+/** A body-less 202 (Prefer: return=minimal): the result is in Narad-Partition, Narad-Offset and Narad-Duplicate. */
+function minimalAnswer(h: Record<string, string | string[] | undefined>): Produced {
+  const partition = Number(header(h, HEADERS.partition) ?? NaN);
+  const offset = Number(header(h, HEADERS.offset) ?? NaN);
+  if (!Number.isSafeInteger(partition) || !Number.isSafeInteger(offset) || partition < 0 || offset < 0) {
+    throw new NaradAmbiguousError("invalid_answer", "produce: a 202 without a body and without Narad-Partition and Narad-Offset; the message is stored, where is not known");
+  }
+  const r: Produced = { partition, offset, owner: null, ownerBoot: null };
+  if (header(h, HEADERS.duplicate) === "true") r.duplicate = true;
+  return r;
 }
 
 function header(h: Record<string, string | string[] | undefined>, name: string): string | undefined {

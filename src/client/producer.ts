@@ -14,8 +14,19 @@
 // takes one per message. A producer id and next sequence can be handed in to go on after a
 // restart of the client (`producerId`, `nextSequence`): the caller must then not reuse a
 // sequence for a different message.
+//
+// Batching: when the client batches (its `batching` option, the default over HTTP), produce()
+// calls that overlap go through a Batcher of this producer's own (./batcher.ts), as plain
+// produces do. A batch takes its sequences when it is sent, one per message in order (the
+// broker numbers a batch's messages N, N+1, ...), so a batch's sequences are consecutive. A
+// lone call (nothing else of this producer in flight) takes the next sequence in the same turn,
+// before any I/O, so `nextSequence` read just before it names its sequence, as without batching. An ambiguous batch is sent again whole with the same sequences until the
+// answer is definite (stored messages answer as duplicates), the same loop as a single produce.
+// An unkeyed batch never crosses a run of 1024 sequences (docs/api.md, "Idempotent producers":
+// each run has its partition), so the broker stores it in one partition.
 
 import type { Narad } from "./narad.js";
+import { Batcher, checkMessage, type BatchBudget, type BatchItem, type Outcome } from "./batcher.js";
 import { NaradAmbiguousError, NaradConnectionError, NaradRequestError, type NaradClientError } from "./errors.js";
 import type { ProduceMessage, ProduceResult, Produced } from "./types.js";
 
@@ -48,20 +59,35 @@ const BACKOFF_MS_MIN = 50;
 const BACKOFF_MS_MAX = 2_000;
 /** 2^53: sequences stay below it. */
 const SEQUENCE_LIMIT = Number.MAX_SAFE_INTEGER + 1;
+/** Unkeyed idempotent messages of one run of this many sequences share a partition (docs/api.md). */
+const SEQUENCE_RUN = 1024;
 
 export class IdempotentProducer {
   #id: Promise<string> | undefined;
   #next: number;
   readonly #deadlineMs: number;
+  readonly #batcher: Batcher<IdempotentProduced> | undefined;
 
+  /** `budget`: the client's batching bounds when it batches (Narad.producer passes it). */
   constructor(
     private readonly narad: Narad,
     opts: IdempotentProducerOptions,
+    budget?: BatchBudget,
   ) {
     if (opts.idempotent !== true) throw new TypeError("producer() takes { idempotent: true }");
     this.#deadlineMs = opts.retryDeadlineMs ?? RETRY_DEADLINE_MS_DEFAULT;
     this.#next = opts.nextSequence ?? 0;
     if (opts.producerId !== undefined) this.#id = Promise.resolve(opts.producerId);
+    if (budget !== undefined) {
+      this.#batcher = new Batcher<IdempotentProduced>(
+        {
+          send: (topic, items) => this.#sendBatch(topic, items),
+          partitions: async (topic) => (await narad.getTopic(topic)).partitions,
+          unkeyedRoom: () => SEQUENCE_RUN - (this.#next % SEQUENCE_RUN),
+        },
+        budget,
+      );
+    }
   }
 
   /** The producer id (taken from the broker at the first call). */
@@ -82,6 +108,10 @@ export class IdempotentProducer {
   }
 
   async produce(topic: string, payload: Uint8Array | string, opts: { key?: string } = {}): Promise<IdempotentProduced> {
+    if (this.#batcher !== undefined) {
+      checkMessage(payload, opts.key, "produce");
+      return this.#batcher.produce(topic, typeof payload === "string" ? Buffer.from(payload, "utf8") : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength), opts.key ?? null);
+    }
     const sequence = this.#take(1);
     const producerId = await this.id();
     const { value, attempts } = await this.#retrying(() => this.narad.produce(topic, payload, { ...opts, producerId, sequence }));
@@ -96,6 +126,25 @@ export class IdempotentProducer {
     // messages answer as duplicates, the rest are stored.
     const { value } = await this.#retrying(() => this.narad.produceBatch(topic, messages, { ...opts, producerId, sequence }));
     return value.map((r, i) => ({ partition: r.partition, offset: r.offset, sequence: sequence + i, duplicate: r.duplicate === true }));
+  }
+
+  /**
+   * Sends one batch of the batcher: its sequences are taken now, before the first await, so
+   * the batcher's unkeyedRoom() saw the sequence it starts at. Re-sent whole until definite.
+   */
+  #sendBatch(topic: string, items: readonly BatchItem[]): Promise<readonly Outcome<IdempotentProduced>[]> {
+    const sequence = this.#take(items.length);
+    return (async () => {
+      const producerId = await this.id();
+      if (items.length === 1) {
+        const it = items[0]!;
+        const { value, attempts } = await this.#retrying(() => this.narad.produce(topic, it.payload, it.key === null ? { producerId, sequence } : { key: it.key, producerId, sequence }));
+        return [{ ok: true, value: { ...value, sequence, duplicate: value.duplicate === true, attempts } }];
+      }
+      const messages = items.map((it) => (it.key === null ? { payload: it.payload } : { payload: it.payload, key: it.key }));
+      const { value, attempts } = await this.#retrying(() => this.narad.produceBatch(topic, messages, { producerId, sequence }));
+      return value.map((r, i) => ({ ok: true as const, value: { partition: r.partition, offset: r.offset, owner: r.owner, ownerBoot: r.ownerBoot, sequence: sequence + i, duplicate: r.duplicate === true, attempts } }));
+    })();
   }
 
   #take(n: number): number {

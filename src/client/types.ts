@@ -33,6 +33,26 @@ export interface NaradOptions {
    * stream is used over HTTP. Everything but produce() goes over HTTP either way.
    */
   transport?: "http" | "stream";
+  /**
+   * Batching of produce() calls that overlap (docs/client.md, "Batching"): on by default over
+   * HTTP. `false` sends every produce() as its own request; an object sets the bounds. Not used
+   * with `transport: "stream"`, which pipelines each message as a frame of its own.
+   */
+  batching?: boolean | BatchingOptions;
+}
+
+/** Bounds of produce() batching (docs/client.md, "Batching"); each has a default. */
+export interface BatchingOptions {
+  /** Most messages in one batch request. Default 1 000 (at most 10 000, the node's limit). */
+  batchMessagesMax?: number;
+  /** Most bytes of one batch request's body (a message over it goes alone). Default 1 MiB (at most 16 MiB, the node's limit). */
+  batchBytesMax?: number;
+  /** Most batches of one topic out at once (keyed partitions: one each). Default 4. */
+  batchesInFlightMax?: number;
+  /** Most messages waiting in the client, over all topics; past it produce() fails at once with a definite 429 `overloaded`. Default 100 000. */
+  queuedMessagesMax?: number;
+  /** Most bytes waiting in the client, over all topics; past it as queuedMessagesMax. Default 64 MiB. */
+  queuedBytesMax?: number;
 }
 
 export interface TopicChild {

@@ -113,7 +113,12 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     const items = await readBatch(req);
     const results = await svc.produce(topic, idem === null ? items : numbered(items, idem), ctx.req);
     const dup = idem !== null && results.some((r) => r.duplicate === true);
-    sendJson(res, 202, { results: results.map(resultJson) }, dup ? [HEADERS.duplicate, "true"] : undefined);
+    // One owner stored it all (the SDK's batches are of one partition): name it, as a single produce does.
+    const o = results[0]!;
+    const oneOwner = results.every((r) => r.owner === o.owner && r.ownerBoot === o.ownerBoot);
+    const headers = oneOwner ? [HEADERS.owner, o.owner ?? nodeId, HEADERS.ownerBoot, o.ownerBoot ?? bootId] : [];
+    if (dup) headers.push(HEADERS.duplicate, "true");
+    sendJson(res, 202, { results: results.map(resultJson) }, headers);
   });
 
   // ---- consume ----------------------------------------------------------------------------------
