@@ -62,6 +62,7 @@ import {
   refusedBeforeSending,
 } from "./errors.js";
 import { StreamTransport } from "./stream-transport.js";
+import { INSTALL_CLIENT_FAULTS, NO_CLIENT_FAULTS, type ClientFaults } from "./faults.js";
 import type {
   AckStatus,
   AttachChildOptions,
@@ -265,6 +266,8 @@ export class Narad {
   readonly #visibilityMs = new Map<string, number>();
   /** produce() over the streaming protocol (`transport: "stream"`), else undefined. */
   readonly #stream: StreamTransport | undefined;
+  /** The consumer loops' fault seam (./faults.ts): NO_CLIENT_FAULTS unless the toolkit planted a bug. */
+  #faults: ClientFaults = NO_CLIENT_FAULTS;
 
   constructor(opts: NaradOptions) {
     const u = parseUrl(opts.url);
@@ -306,6 +309,11 @@ export class Narad {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+
+  /** Test-only (./faults.ts): the verification toolkit plants a seeded SDK bug here. */
+  [INSTALL_CLIENT_FAULTS](faults: ClientFaults): void {
+    this.#faults = faults;
   }
 
   // ---------------------------------------------------------------- topics
@@ -697,7 +705,7 @@ export class Narad {
         while (next < pending.length && !signal?.aborted) yield pending[next++]!;
       }
     } finally {
-      const rest = pending.slice(next);
+      const rest = this.#faults.nackedOnExit(pending.slice(next));
       pending = [];
       if (rest.length > 0) {
         // Best effort: if this fails the leases simply lapse after the visibility timeout.
@@ -770,6 +778,7 @@ export class Narad {
           }
           if (!isRetryable(err) || ++errors > errorsMax) throw err;
           await opts.onError?.(err, null);
+          if (!this.#faults.keepsPolling(err)) return await sleep(2 ** 31 - 1, signal);
           await sleep(backoffMs(errors, err), signal);
           continue;
         }
@@ -778,7 +787,7 @@ export class Narad {
           await handler(m, signal);
           done = m;
         } catch (err) {
-          await m.nack().catch(() => undefined); // if this fails the lease lapses on its own
+          if (this.#faults.nacksFailedMessage()) await m.nack().catch(() => undefined); // if this fails the lease lapses on its own
           await fail(err, m);
         }
       }
