@@ -6,8 +6,10 @@
 // Measures, per consumer API (each has its own topic):
 //   - silence after each fault: from the fault's end (the heal, the resume, the start after a
 //     restart, the application's restart) to the next time a handler is given a message, counted
-//     only when some message acknowledged (202) by then was not yet handled; null when no message
-//     came after it at all;
+//     only when some message was waiting: acknowledged (202), its produce sent before the end,
+//     not yet handled by then. (A produce sent into a frozen node is answered only after it
+//     wakes: counting only those answered before the end would leave a freeze unmeasured.) Null
+//     when no message came after it at all;
 //   - lag: the longest from a produce's 202 to the first time a handler finished the message
 //     without throwing (Infinity for one never handled: the application did not catch up);
 //   - errors that reached the application, by kind (retry notices of process() and the handler
@@ -98,6 +100,8 @@ export function measureLane(o: {
   topic: string;
   prediction: ClientPrediction;
   producedNs: ReadonlyMap<string, number>;
+  /** When each acknowledged message's produce was sent (default: its 202). */
+  sentNs?: ReadonlyMap<string, number>;
   events: readonly AppEvent[];
   faults: readonly FaultWindow[];
   visibilityTimeoutMs: number;
@@ -153,23 +157,11 @@ export function measureLane(o: {
     }
   }
   // Silence after each fault that touched this lane.
-  const handledTimes = [...firstHandled.values()].sort((a, b) => a - b);
-  const okTimes = [...o.producedNs.values()].sort((a, b) => a - b);
-  const countAtMost = (a: number[], x: number) => {
-    let lo = 0;
-    let hi = a.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (a[mid]! <= x) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
-  };
+  const sent = [...o.producedNs].map(([msg, okNs]) => ({ sentNs: o.sentNs?.get(msg) ?? okNs, handledNs: firstHandled.get(msg) ?? Infinity }));
   const silences: SilenceMeasure[] = o.faults
     .filter((f) => f.lane === null || f.lane === o.api)
     .map((f) => {
-      // Acknowledged by the end, minus handled by the end (every handled message was acknowledged first).
-      const waiting = countAtMost(okTimes, f.endNs) - countAtMost(handledTimes, f.endNs) > 0;
+      const waiting = sent.some((m) => m.sentNs <= f.endNs && m.handledNs > f.endNs);
       const next = deliveries.find((t) => t >= f.endNs);
       return { fault: f.kind, endNs: f.endNs, waiting, silenceMs: next === undefined ? null : Math.round((next - f.endNs) / 1e3) / 1e3 };
     });

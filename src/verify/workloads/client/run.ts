@@ -277,6 +277,7 @@ export async function runClientScenario(o: ClientRunOptions): Promise<ClientRunR
   const events: AppEvent[] = [];
   const faults: FaultWindow[] = [];
   const produced: Record<ConsumerApi, Map<string, number>> = { process: new Map(), messages: new Map() };
+  const sent: Record<ConsumerApi, Map<string, number>> = { process: new Map(), messages: new Map() };
   let node: NodeProcess | null = null;
   let proxy: Proxy | null = null;
   let w: HistoryWriter | null = null;
@@ -340,8 +341,12 @@ export async function runClientScenario(o: ClientRunOptions): Promise<ClientRunR
       while (producing && !o.signal?.aborted) {
         const api = CONSUMER_APIS[n % CONSUMER_APIS.length]!;
         const msg = `m${++n}`;
+        const sentNs = clock.nowNs();
         const out = await producer.lane.produce(TOPICS[api], msg, encodePayload(msg, 64), null);
-        if (out.type === "ok") produced[api].set(msg, clock.nowNs());
+        if (out.type === "ok") {
+          produced[api].set(msg, clock.nowNs());
+          sent[api].set(msg, sentNs);
+        }
         else if (out.type === "info") producer.ambiguous++;
         tick += PRODUCE_INTERVAL_MS;
         await sleep(tick - performance.now());
@@ -390,7 +395,7 @@ export async function runClientScenario(o: ClientRunOptions): Promise<ClientRunR
   }
   const report = await check(historyPath);
   const lanes = CONSUMER_APIS.map((api) =>
-    measureLane({ api, topic: TOPICS[api], prediction: sc.predictions[api], producedNs: produced[api], events, faults, visibilityTimeoutMs: sc.visibilityTimeoutMs }),
+    measureLane({ api, topic: TOPICS[api], prediction: sc.predictions[api], producedNs: produced[api], sentNs: sent[api], events, faults, visibilityTimeoutMs: sc.visibilityTimeoutMs }),
   );
   const found = findings(lanes);
   if (report.verdict !== "valid") found.unshift(`lease model: ${report.verdict} (${report.reason})`);
