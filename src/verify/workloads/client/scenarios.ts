@@ -201,7 +201,7 @@ export const CLIENT_SCENARIOS: readonly ClientScenario[] = [
       },
     },
     visibilityTimeoutMs: VT_CALIBRATION_MS,
-    drainTimeoutMs: 15_000,
+    drainTimeoutMs: 10_000,
     short: true,
   },
   {
