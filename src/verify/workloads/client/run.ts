@@ -374,7 +374,9 @@ export async function runClientScenario(o: ClientRunOptions): Promise<ClientRunR
     const caughtUp = () => apps.every((a) => [...produced[a.api].keys()].every((m) => a.handled.has(m)));
     if (!(await waitFor(caughtUp, sc.drainTimeoutMs, o.signal))) say(`${elapsed()}  not caught up within ${sc.drainTimeoutMs} ms: ${apps.map((a) => `${a.api} ${[...produced[a.api].keys()].filter((m) => !a.handled.has(m)).length} left`).join(", ")}`);
     for (const a of apps) a.stop();
-    await Promise.race([Promise.all(apps.map((a) => a.loop)), sleep(APP_STOP_TIMEOUT_MS)]);
+    const stopWait = new AbortController();
+    await Promise.race([Promise.all(apps.map((a) => a.loop)), sleep(APP_STOP_TIMEOUT_MS, stopWait.signal)]);
+    stopWait.abort(); // no timer left behind to hold the process
 
     // The final drain, direct, once no lease the applications held can still be live: when a
     // lease they took was never settled, or a produce was ambiguous (a consume the stop aborted
