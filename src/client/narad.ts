@@ -217,8 +217,9 @@ export interface ProcessOptions {
   concurrency?: number;
   /**
    * Told of a handler that threw (its message was nacked) and of an ack the server refused
-   * (NaradGoneError: the lease lapsed first, so the message may come back). Without it, either
-   * ends the loop: process() rejects with that error. Told too, with `message` null, of each
+   * (NaradGoneError: the lease lapsed first, so the message may come back; or, when the poll the
+   * ack rode on failed and was retried, the first ack landed: a 410 does not say which).
+   * Without it, either ends the loop: process() rejects with that error. Told too, with `message` null, of each
    * consume that failed and will be retried (the node unreachable, 429, 503): process() goes on
    * retrying, but the caller sees a dead URL at once rather than after every retry is spent.
    * A throw from onError ends the loop with that error.
