@@ -15,7 +15,7 @@ function walk(dir, out) {
 const filter = process.env.NARAD_TEST_FILTER ?? "";
 // The longest files start first, so that with two at a time the suite's wall time is not the
 // sum of a long file that happened to sort last and everything before it.
-const SLOW_FIRST = ["verify-calibrate", "verify-replicated", "replication.test", "cluster-scenarios"];
+const SLOW_FIRST = ["verify-calibrate", "verify-replicated", "verify-client-calibrate", "replication.test", "cluster-scenarios"];
 const rank = (f) => {
   const i = SLOW_FIRST.findIndex((s) => f.includes(s));
   return i < 0 ? SLOW_FIRST.length : i;

@@ -250,9 +250,19 @@ export async function runCalibrateCommand(args: CalibrateCommandArgs, out: Writa
     sig.dispose();
   }
   progress.end();
-  out.write("\n" + formatCalibrationTable(rows) + "\n");
+  if (rows.length > 0 || args.only === undefined) out.write("\n" + formatCalibrationTable(rows) + "\n");
   if (sig.signal.aborted) return 130;
-  return rows.length > 0 && rows.every((r) => r.pass) ? 0 : 1;
+  // The client scenarios' rows (seeded SDK bugs) after the broker's.
+  const { runClientCalibration } = await import("./verify-client.js");
+  const again = abortOnSignals();
+  let clientExit: number;
+  try {
+    clientExit = await runClientCalibration({ outDir, ...(args.only ? { only: args.only } : {}), signal: again.signal }, out);
+  } finally {
+    again.dispose();
+  }
+  if (again.signal.aborted) return 130;
+  return rows.every((r) => r.pass) && clientExit === 0 ? 0 : 1;
 }
 
 const collect = (v: string, prev: string[] = []) => [...prev, ...v.split(",").map((s) => s.trim()).filter(Boolean)];
@@ -262,7 +272,7 @@ export function registerRunCommands(verify: Command): void {
   verify
     .command("run")
     .description("run a workload against real broker processes, record the history, and judge it (exit 0 valid, 1 invalid, 2 unknown)")
-    .option("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent or dead-letters (a Narad run)")
+    .option("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent or dead-letters (a Narad run); client: the SDK's consumer loops under a --scenario (without one it lists them)")
     .option("--system <name>", "another broker under the stream model instead of Narad: nats (docs/verification-clients.md)")
     .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm or reset-handshake")
     .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default) or nats3 (@nats-io/jetstream@3.x)")
@@ -282,11 +292,16 @@ export function registerRunCommands(verify: Command): void {
     .option("--seed <n>", "seed of every random choice (default: random, printed)")
     .option("--rate <r>", "produces per second over all producers")
     .option("--keep", "keep the nodes' data directories")
-    .option("--bug <name>", "TEST ONLY: turn on a seeded broker bug (repeatable)", collect)
+    .option("--bug <name>", "TEST ONLY: turn on a seeded broker bug (repeatable); with --workload client, a seeded SDK bug", collect)
     .action(async (opts: RunCommandArgs & { system?: string; scenario?: string; client?: string; api?: string; linger?: string }) => {
       if (opts.system !== undefined && opts.system !== "narad") {
         const { runNatsCommand } = await import("./verify-nats.js");
         process.exitCode = await runNatsCommand({ ...opts, system: opts.system }, process.stdout);
+        return;
+      }
+      if (opts.workload === "client") {
+        const { runClientCommand } = await import("./verify-client.js");
+        process.exitCode = await runClientCommand({ out: opts.out, ...(opts.scenario !== undefined ? { scenario: opts.scenario } : {}), ...(opts.bug !== undefined ? { bug: opts.bug } : {}) }, process.stdout);
         return;
       }
       if (opts.workload === undefined) {

@@ -63,6 +63,7 @@ import {
 } from "./errors.js";
 import { StreamTransport } from "./stream-transport.js";
 import { BatchBudget, Batcher, batchingLimits, checkMessage, destroyedBeforeSending, outcomesOfPartial, type BatchItem, type Outcome } from "./batcher.js";
+import { INSTALL_CLIENT_FAULTS, NO_CLIENT_FAULTS, type ClientFaults } from "./faults.js";
 import type {
   AckStatus,
   AttachChildOptions,
@@ -217,8 +218,9 @@ export interface ProcessOptions {
   concurrency?: number;
   /**
    * Told of a handler that threw (its message was nacked) and of an ack the server refused
-   * (NaradGoneError: the lease lapsed first, so the message may come back). Without it, either
-   * ends the loop: process() rejects with that error. Told too, with `message` null, of each
+   * (NaradGoneError: the lease lapsed first, so the message may come back; or, when the poll the
+   * ack rode on failed and was retried, the first ack landed: a 410 does not say which).
+   * Without it, either ends the loop: process() rejects with that error. Told too, with `message` null, of each
    * consume that failed and will be retried (the node unreachable, 429, 503): process() goes on
    * retrying, but the caller sees a dead URL at once rather than after every retry is spent.
    * A throw from onError ends the loop with that error.
@@ -272,6 +274,8 @@ export class Narad {
   readonly #batcher: Batcher<Produced> | undefined;
   /** Set by close() and destroy(): later produces go one request each, to fail as any request then does. */
   #closing = false;
+  /** The consumer loops' fault seam (./faults.ts): NO_CLIENT_FAULTS unless the toolkit planted a bug. */
+  #faults: ClientFaults = NO_CLIENT_FAULTS;
 
   constructor(opts: NaradOptions) {
     const u = parseUrl(opts.url);
@@ -329,6 +333,11 @@ export class Narad {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+
+  /** Test-only (./faults.ts): the verification toolkit plants a seeded SDK bug here. */
+  [INSTALL_CLIENT_FAULTS](faults: ClientFaults): void {
+    this.#faults = faults;
   }
 
   // ---------------------------------------------------------------- topics
@@ -761,7 +770,7 @@ export class Narad {
         while (next < pending.length && !signal?.aborted) yield pending[next++]!;
       }
     } finally {
-      const rest = pending.slice(next);
+      const rest = this.#faults.nackedOnExit(pending.slice(next));
       pending = [];
       if (rest.length > 0) {
         // Best effort: if this fails the leases simply lapse after the visibility timeout.
@@ -834,6 +843,7 @@ export class Narad {
           }
           if (!isRetryable(err) || ++errors > errorsMax) throw err;
           await opts.onError?.(err, null);
+          if (!this.#faults.keepsPolling(err)) return await sleep(2 ** 31 - 1, signal);
           await sleep(backoffMs(errors, err), signal);
           continue;
         }
@@ -842,7 +852,7 @@ export class Narad {
           await handler(m, signal);
           done = m;
         } catch (err) {
-          await m.nack().catch(() => undefined); // if this fails the lease lapses on its own
+          if (this.#faults.nacksFailedMessage()) await m.nack().catch(() => undefined); // if this fails the lease lapses on its own
           await fail(err, m);
         }
       }

@@ -4,8 +4,9 @@
 // history size (at most a few hundred buckets per series and a few dozen timeline rows).
 //
 // Stable hooks for tests and tools: svg#timeline, svg#throughput, svg#latency, svg#lag; each gets
-// data-drawn="true" once drawn, series are path.series, fault windows rect.fault, anomaly marks
-// line.mark; <body data-ready="true"> when every plot is drawn.
+// data-drawn="true" once drawn, series are path.series, fault windows rect.fault, the silence after
+// each fault rect.silence (from the fault's end to the next delivery while messages waited),
+// anomaly marks line.mark; <body data-ready="true"> when every plot is drawn.
 
 import type { Report } from "../checker/types.js";
 import { duration } from "./terminal.js";
@@ -37,6 +38,8 @@ svg text { font: 11px system-ui, sans-serif; fill: var(--muted); }
 svg .axis { stroke: #9aa5b1; stroke-width: 1; }
 svg .grid { stroke: #e3e7ec; stroke-width: 1; }
 svg .fault { fill: #ef6c00; fill-opacity: .13; }
+svg .silence { fill: #c62828; fill-opacity: .2; }
+.failed { color: var(--bad); font-weight: 600; }
 svg .mark { stroke: var(--bad); stroke-width: 1.5; }
 svg path.series { fill: none; stroke-width: 1.6; stroke-linecap: round; stroke-linejoin: round; }
 svg .s0 { stroke: #1565c0; fill: #1565c0; } svg .s1 { stroke: #2e7d32; fill: #2e7d32; } svg .s2 { stroke: #6d4c41; fill: #6d4c41; }
@@ -87,6 +90,13 @@ const SCRIPT = String.raw`
       el("title", {}, r, f.kind + (f.node ? " " + f.node : "") + " (op " + f.op + ")");
     });
   }
+  function silences(svg, H) {
+    (data.silence || []).forEach(function (s) {
+      var x1 = xNs(s.startNs), x2 = xNs(s.endNs);
+      var r = el("rect", { "class": "silence", x: x1, y: T, width: Math.max(1.5, x2 - x1), height: H - T - B }, svg);
+      el("title", {}, r, s.label);
+    });
+  }
   function marks(svg, H) {
     data.timeline.marks.forEach(function (m) {
       var x = xNs(m.timeNs);
@@ -102,6 +112,7 @@ const SCRIPT = String.raw`
     series.forEach(function (s) { s.values.forEach(function (v) { if (v !== null && v > max) max = v; }); });
     var top = nice(max || 1);
     faults(svg, H);
+    silences(svg, H);
     for (var i = 0; i <= 4; i++) {
       var y = H - B - (i / 4) * (H - T - B);
       el("line", { "class": i ? "grid" : "axis", x1: L, y1: y, x2: W - R, y2: y }, svg);
@@ -148,6 +159,7 @@ const SCRIPT = String.raw`
     var H = T + B + Math.max(1, rows.length) * rowH;
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     faults(svg, H);
+    silences(svg, H);
     xAxis(svg, H);
     var most = 1;
     rows.forEach(function (r) { for (var b = 0; b < tl.buckets; b++) most = Math.max(most, r.ok[b] + r.fail[b] + r.info[b]); });
@@ -186,7 +198,28 @@ function table(head: string[], rows: string[][], numeric: number[] = []): string
   return `<table><thead><tr>${th}</tr></thead><tbody>\n${tr}\n</tbody></table>`;
 }
 
-export function renderHtml(r: Report, title = "narad verify check"): string {
+/** A stretch of silence to shade: from a fault's end to the next delivery. */
+export interface SilenceWindow {
+  startNs: number;
+  endNs: number;
+  label: string;
+}
+
+export interface HtmlExtras {
+  /** HTML placed first, under the verdict (a client run's findings and predictions). */
+  prelude?: string;
+  /** The silences to shade; default: the checker's, after each fault (FaultSummary.silenceMs). */
+  silence?: SilenceWindow[];
+}
+
+/** The checker's silence after each fault, as windows to shade. */
+export function faultSilences(r: Report): SilenceWindow[] {
+  return r.faults
+    .filter((f) => f.endNs !== null && f.silenceMs !== null)
+    .map((f) => ({ startNs: f.endNs!, endNs: f.endNs! + f.silenceMs! * 1e6, label: `silence ${duration(f.silenceMs)} after ${f.kind}${f.node ? ` ${f.node}` : ""} (op ${f.op})` }));
+}
+
+export function renderHtml(r: Report, title = "narad verify check", extras: HtmlExtras = {}): string {
   const anomalyTotal = Object.values(r.anomalyCounts).reduce((s, v) => s + (v ?? 0), 0);
   const unknownTotal = Object.values(r.unknownCounts).reduce((s, v) => s + (v ?? 0), 0);
   const opsRows = Object.entries(r.counts.operations)
@@ -215,7 +248,7 @@ export function renderHtml(r: Report, title = "narad verify check"): string {
     [0, 7],
   );
   const rd = r.redeliveries;
-  const data = { series: r.series, timeline: r.timeline };
+  const data = { series: r.series, timeline: r.timeline, silence: extras.silence ?? faultSilences(r) };
   // "<" is escaped so no string in the data can close the script element.
   const json = JSON.stringify(data).replace(/</g, "\\u003c");
   return `<!doctype html>
@@ -239,8 +272,9 @@ export function renderHtml(r: Report, title = "narad verify check"): string {
 <div>config</div><div>ack_flush_ms ${r.config.ackFlushMs}, ack_sync_ms ${r.config.ackSyncMs}, visibility_timeout_ms ${r.config.visibilityTimeoutMs}, slack ${r.config.slackMs} ms</div>
 </div>
 </header>
+${extras.prelude ?? ""}
 <h2>Timeline of operations per process</h2>
-<p class="note">Operations invoked per time slice (${esc(duration(r.timeline.bucketNs / 1e6))}): the share of ok (green), ambiguous (orange) and failed (red) ones, darker when busier; fault windows shaded, anomalies marked in red.${r.timeline.processesOmitted ? ` ${r.timeline.processesOmitted} quieter processes not shown.` : ""}</p>
+<p class="note">Operations invoked per time slice (${esc(duration(r.timeline.bucketNs / 1e6))}): the share of ok (green), ambiguous (orange) and failed (red) ones, darker when busier; fault windows shaded orange, the silence after each (until the next delivery while messages waited) red, anomalies marked in red.${r.timeline.processesOmitted ? ` ${r.timeline.processesOmitted} quieter processes not shown.` : ""}</p>
 <svg id="timeline" role="img" aria-label="timeline of operations per process"></svg>
 <h2>Throughput</h2>
 <svg id="throughput" role="img" aria-label="throughput over time"></svg>

@@ -254,7 +254,7 @@ export class Lane {
   }
 
   /** A consume's answer in history terms; `delivery` is set when a message was leased. */
-  private static consumeAnswer(topic: string, m: Message | null): ConsumeOutcome {
+  static consumeAnswer(topic: string, m: Message | null): ConsumeOutcome {
     if (m === null) return { type: "ok", value: { topic, msg: null }, status: 204, delivery: null };
     // The lease holder: the partition's owner. On one node it is the node that answered.
     const { partition, offset, receiptHandle: handle, owner: node, ownerBoot: boot } = m;

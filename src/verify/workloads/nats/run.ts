@@ -115,7 +115,7 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 }
 
 /** What changed in the proxy's counters over a fault: nonzero entries are its evidence. */
-function stoppedBetween(a: ProxyCounters, b: ProxyCounters): Record<string, number> {
+export function stoppedBetween(a: ProxyCounters, b: ProxyCounters): Record<string, number> {
   return {
     connections_reset: b.connectionsReset - a.connectionsReset,
     connections_dropped: b.connectionsDropped - a.connectionsDropped,
