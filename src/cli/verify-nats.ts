@@ -33,9 +33,9 @@ export async function runNatsCommand(args: NatsRunArgs, out: Writable): Promise<
   if (args.system !== "nats") return usage(`unknown system ${JSON.stringify(args.system)}; the one system besides Narad is nats`);
   const m = await import("../verify/workloads/nats/index.js");
   const scenario = m.natsScenario(args.scenario ?? "");
-  if (scenario === undefined) return usage(`--scenario is one of ${m.NATS_SCENARIOS.map((s) => s.name).join(", ")}`);
-  const gen = (args.client ?? "nats2") as "nats2" | "nats3";
-  if (!m.CLIENT_GENERATIONS.includes(gen)) return usage(`--client is nats2 (nats@2.x) or nats3 (@nats-io/jetstream@3.x), not ${JSON.stringify(args.client)}`);
+  if (scenario === undefined) return usage(`--scenario is one of ${[...m.NATS_SCENARIOS, ...m.CALIBRATION_SCENARIOS].map((s) => s.name).join(", ")}`);
+  const gen = (args.client ?? "nats2") as (typeof m.ALL_GENERATIONS)[number];
+  if (!m.ALL_GENERATIONS.includes(gen)) return usage(`--client is nats2 (nats@2.x), nats3 (@nats-io/jetstream@3.x), or nats2.22 or nats2.23 (the calibration's), not ${JSON.stringify(args.client)}`);
   const api = (args.api ?? "ordered") as (typeof m.CONSUMER_APIS)["nats2"][number];
   if (!m.CONSUMER_APIS[gen].includes(api)) return usage(`--api for ${gen} is one of ${m.CONSUMER_APIS[gen].join(", ")}`);
   if (m.findNatsServer() === null) return usage(`nats-server is not installed (${m.NATS_INSTALL_HINT})`);

@@ -275,7 +275,7 @@ export function registerRunCommands(verify: Command): void {
     .option("--workload <name>", "e2e, e2e-chaos, chaos, steady, power-loss, pause, partition, children, failover, idempotent or dead-letters (a Narad run); client: the SDK's consumer loops under a --scenario (without one it lists them)")
     .option("--system <name>", "another broker under the stream model instead of Narad: nats (docs/verification-clients.md)")
     .option("--scenario <name>", "with --system nats: cut-3, cut-4, cut-6, cut-8, latency-25, reset-storm or reset-handshake")
-    .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default) or nats3 (@nats-io/jetstream@3.x)")
+    .option("--client <gen>", "with --system nats: nats2 (nats@2.x, default), nats3 (@nats-io/jetstream@3.x), nats2.22 or nats2.23 (calibration)")
     .option("--api <name>", "with --system nats: push-ordered (nats2), ordered (default), pull, fetch or kv-watch")
     .option("--linger <s>", "with --system nats: after the drain, keep recording late deliveries this many seconds")
     .requiredOption("--out <dir>", "where history.jsonl, report.json and report.html go")

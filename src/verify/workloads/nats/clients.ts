@@ -24,13 +24,29 @@ import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
-export type ClientGeneration = "nats2" | "nats3";
+//
+// Two older 2.x releases, installed under npm aliases, are the calibration's (matrix.ts
+// CALIBRATION_CELLS): nats@2.22.0, whose ordered consumer reused its consumer's name when it
+// rebuilt it (nats.deno #688: a KV watcher dies after a server restart), and nats@2.23.0, the
+// release with the fix (nats.deno #689). They have the 2.x APIs.
+
+export type ClientGeneration = "nats2" | "nats3" | "nats2.22" | "nats2.23";
 export type ConsumerApi = "push-ordered" | "ordered" | "pull" | "fetch" | "kv-watch";
+const NATS2_APIS: readonly ConsumerApi[] = ["push-ordered", "ordered", "pull", "fetch", "kv-watch"];
 export const CONSUMER_APIS: Record<ClientGeneration, readonly ConsumerApi[]> = {
-  nats2: ["push-ordered", "ordered", "pull", "fetch", "kv-watch"],
+  nats2: NATS2_APIS,
   nats3: ["ordered", "pull", "fetch", "kv-watch"],
+  "nats2.22": NATS2_APIS,
+  "nats2.23": NATS2_APIS,
 };
+/** The generations of the matrix: the current release of each line on npm. */
 export const CLIENT_GENERATIONS: readonly ClientGeneration[] = ["nats2", "nats3"];
+/** The older releases of the calibration rows. */
+export const CALIBRATION_GENERATIONS: readonly ClientGeneration[] = ["nats2.22", "nats2.23"];
+/** Every generation `startConsumer` knows. */
+export const ALL_GENERATIONS: readonly ClientGeneration[] = [...CLIENT_GENERATIONS, ...CALIBRATION_GENERATIONS];
+/** A generation of the 2.x line (one package, `nats`, and its APIs). */
+export const isNats2 = (gen: ClientGeneration): boolean => gen !== "nats3";
 
 /** The stream and the KV bucket a run uses, and the subject it publishes to. */
 export const STREAM = "NARAD";
@@ -44,13 +60,16 @@ export const FETCH_RETRY_MS = 250;
 /** The only option changed from the library's defaults, for every connection of a run. */
 export const CONNECTION_OPTIONS = { maxReconnectAttempts: -1 } as const;
 
-const PACKAGES: Record<ClientGeneration, string> = { nats2: "nats", nats3: "@nats-io/jetstream" };
+/** The package each generation imports: an npm alias (package.json `"nats-2.22.0": "npm:nats@2.22.0"`) for the older releases. */
+const PACKAGES: Record<ClientGeneration, string> = { nats2: "nats", nats3: "@nats-io/jetstream", "nats2.22": "nats-2.22.0", "nats2.23": "nats-2.23.0" };
+/** The package's own name, as its package.json says (an alias installs the aliased package). */
+const REAL_NAMES: Record<ClientGeneration, string> = { nats2: "nats", nats3: "@nats-io/jetstream", "nats2.22": "nats", "nats2.23": "nats" };
 
 /** "nats@2.29.3" or "@nats-io/jetstream@3.4.0": the package as installed. */
 export function clientName(gen: ClientGeneration): string {
-  const pkg = PACKAGES[gen];
+  const pkg = REAL_NAMES[gen];
   const require = createRequire(import.meta.url);
-  let dir = dirname(require.resolve(pkg));
+  let dir = dirname(require.resolve(PACKAGES[gen]));
   // Walk up to the package's own package.json (its main file may sit in lib/).
   for (let i = 0; i < 4; i++) {
     try {
@@ -147,13 +166,13 @@ interface Nats3Modules {
 }
 
 // Specifiers as values, so the compiler does not resolve the packages' own (v3: broken) type paths.
-const NATS2: string = "nats";
 const NATS3_TRANSPORT: string = "@nats-io/transport-node";
 const NATS3_JETSTREAM: string = "@nats-io/jetstream";
 const NATS3_KV: string = "@nats-io/kv";
 
-async function nats2(): Promise<Nats2Module> {
-  return (await import(NATS2)) as Nats2Module;
+/** The 2.x module of `gen` (the publisher's is always the current one). */
+async function nats2(gen: ClientGeneration = "nats2"): Promise<Nats2Module> {
+  return (await import(PACKAGES[gen])) as Nats2Module;
 }
 
 async function nats3(): Promise<Nats3Modules> {
@@ -198,21 +217,39 @@ function pump<T>(iter: AsyncIterable<T>, each: (v: T) => void, cb: ConsumerCallb
       for await (const v of iter) each(v);
       cb.onEvent("iterator-ended");
     } catch (e) {
-      cb.onEvent("error", (e as Error).message);
+      cb.onEvent("error", errorText(e));
     }
   })();
+}
+
+/**
+ * An error as the application would log it: its message and the error it wraps (a 2.x NatsError's
+ * `chainedError`, a 3.x error's `cause`), with the JetStream API error's code where there is one
+ * ("unable to recreate ordered consumer …: consumer name already in use (err_code 10013)").
+ */
+export function errorText(e: unknown): string {
+  const parts: string[] = [];
+  let cur: unknown = e;
+  for (let depth = 0; cur instanceof Error && depth < 4; depth++) {
+    const api = (cur as { api_error?: { err_code?: number } }).api_error;
+    parts.push(cur.message + (typeof api?.err_code === "number" ? ` (err_code ${api.err_code})` : ""));
+    const x = cur as { chainedError?: unknown; cause?: unknown };
+    cur = x.chainedError ?? x.cause;
+  }
+  return parts.length > 0 ? parts.join(": ") : String(e);
 }
 
 /** Starts a consumer of `api` with the `gen` library, connecting to `servers` (the proxy). */
 export async function startConsumer(gen: ClientGeneration, api: ConsumerApi, servers: string, cb: ConsumerCallbacks): Promise<RunningConsumer> {
   if (!CONSUMER_APIS[gen].includes(api)) throw new Error(`${clientName(gen)} has no ${api} consumer here (one of ${CONSUMER_APIS[gen].join(", ")})`);
-  const mod = gen === "nats2" ? await nats2() : await nats3();
+  const v2 = isNats2(gen);
+  const mod = v2 ? await nats2(gen) : await nats3();
   const nc = await mod.connect({ servers, name: `narad-consumer-${api}`, ...CONNECTION_OPTIONS });
   watchStatus(nc, cb);
   const stops: Array<() => void> = [];
   let sub: Sub | null = null;
   const deliver = (m: Msg) => cb.onDeliver({ msg: decoder.decode(m.data), seq: m.seq });
-  const consumers = gen === "nats2" ? nc.jetstream().consumers : (mod as Nats3Modules).jetstream(nc).consumers;
+  const consumers = v2 ? nc.jetstream().consumers : (mod as Nats3Modules).jetstream(nc).consumers;
   switch (api) {
     case "push-ordered": {
       const m2 = mod as Nats2Module;
@@ -220,7 +257,7 @@ export async function startConsumer(gen: ClientGeneration, api: ConsumerApi, ser
       opts.orderedConsumer();
       opts.deliverAll();
       opts.callback((err, m) => {
-        if (err) cb.onEvent("error", err.message);
+        if (err) cb.onEvent("error", errorText(err));
         else if (m) deliver(m);
       });
       sub = await nc.jetstream().subscribe(`${SUBJECT_PREFIX}>`, opts);
@@ -258,7 +295,7 @@ export async function startConsumer(gen: ClientGeneration, api: ConsumerApi, ser
             }
           } catch (e) {
             if (!running) break;
-            cb.onEvent("error", (e as Error).message);
+            cb.onEvent("error", errorText(e));
             // An application's retry loop paces itself; a disconnected client refuses at once.
             await new Promise((r) => setTimeout(r, FETCH_RETRY_MS));
           }
@@ -271,7 +308,7 @@ export async function startConsumer(gen: ClientGeneration, api: ConsumerApi, ser
       break;
     }
     case "kv-watch": {
-      const kv = gen === "nats2" ? await nc.jetstream().views.kv(BUCKET) : await new (mod as Nats3Modules).Kvm(nc).open(BUCKET);
+      const kv = v2 ? await nc.jetstream().views.kv(BUCKET) : await new (mod as Nats3Modules).Kvm(nc).open(BUCKET);
       const w = await kv.watch({ key: ">" });
       pump(w, (e) => cb.onDeliver({ msg: decoder.decode(e.value), seq: e.revision }), cb);
       stops.push(() => w.stop());

@@ -29,7 +29,7 @@ function run(silenceMs: number, skip: boolean): NatsRunResult {
   return { client: "nats@2.29.3", api: "push-ordered", scenario: "cut-8", report, historyPath: "", reportJsonPath: "", reportHtmlPath: "", summary: "", durationMs: 0 };
 }
 
-const DOC = `x\n${MATRIX_BEGIN}\n| client | api | scenario | expected verdict | expected silence | verdict | silence | lag |\n|---|---|---|---|---|---|---|---|\n| \`nats@2\` | push-ordered | cut-8 | valid | 4–8 s | — | — | — |\n| \`nats@2\` | push-ordered | cut-3 | valid or invalid | ≤ 3 s | — | — | — |\n${MATRIX_END}\n`;
+const DOC = `x\n${MATRIX_BEGIN}\n| client | api | scenario | expected verdict | expected silence | verdict | silence | lag |\n|---|---|---|---|---|---|---|---|\n| \`nats@2\` | push-ordered | cut-8 | valid | 4–8 s | — | — | — |\n| \`nats@2\` | push-ordered | cut-3 | valid or invalid | ≤ 3 s | — | — | — |\n| \`nats@2\` | push-ordered | restart | valid | any | 4–16 s | — | — | — |\n${MATRIX_END}\n`;
 
 test("a cell passes inside its silence band and fails outside it or with another verdict", () => {
   const exp = parseExpectations(DOC);
@@ -56,4 +56,16 @@ test("a verdict a race decides between may be either; a cell without a row fails
   assert.match(r.why, /no expected row for nats@2\|push-ordered\|cut-6/);
   assert.equal(clientMajor("@nats-io/jetstream@3.4.0"), "@nats-io/jetstream@3");
   assert.throws(() => parseExpectations(DOC.replace("4–8 s", "soon")), /write "≤ N s"/);
+});
+
+test("a row with an expected lag judges the lag too (a restart's silence has nothing waiting); a row without one expects any", () => {
+  const exp = parseExpectations(DOC);
+  assert.equal(exp.get("nats@2|push-ordered|cut-8")!.lag, null);
+  assert.deepEqual(exp.get("nats@2|push-ordered|restart")!.lag, [4, 16]);
+  const cell = matrixCells(["nats2/push-ordered/restart"])[0]!;
+  // The first publish is acknowledged at 2 ms and delivered at 1 000 ms + the silence.
+  assert.equal(judgeCell(cell, run(5000, false), exp).pass, true);
+  const quick = judgeCell(cell, run(1000, false), exp);
+  assert.equal(quick.pass, false);
+  assert.match(quick.why, /^lag 2\.00 s, expected 4–16 s$/);
 });

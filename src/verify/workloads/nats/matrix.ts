@@ -6,15 +6,24 @@
 //
 // The expected table sits between the markers <!-- nats-matrix:begin --> and
 // <!-- nats-matrix:end -->, one row per cell:
-//   | client | api | scenario | expected verdict | expected silence | verdict | silence | lag |
-// The first five columns are the expectation (a verdict, or verdicts joined by " or " where a race
-// in the system decides between them; silence as "≤ 3 s", "4–8 s", "≥ 8 s" or "any"); the last three
-// are what the last full run measured, which `--write-doc` rewrites in place.
+//   | client | api | scenario | expected verdict | expected silence | expected lag | verdict | silence | lag |
+// The first six columns are the expectation (a verdict, or verdicts joined by " or " where a race
+// in the system decides between them; silence and lag as "≤ 3 s", "4–8 s", "≥ 8 s" or "any"); the
+// last three are what the last full run measured, which `--write-doc` rewrites in place. Lag is
+// the band that judges a restart or a pause of the server: the publisher is stopped with it, so no
+// acknowledged publish is waiting when the fault ends and its silence is "nothing waiting", while
+// the publishes acknowledged after it wait for the consumer's rebuild (seed 002's lesson: recovery
+// alone is blind after a fault that let nothing through). A row without the lag column (eight
+// columns, as the table had before) expects any lag.
+//
+// After the client × API × scenario cells come the calibration rows (CALIBRATION_CELLS): an older
+// release with a known consumer bug must fail its row and the release with the fix pass it, the
+// way seed 002 calibrated on nats.go #2107. Their table rows name the exact version.
 
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { CLIENT_GENERATIONS, CONSUMER_APIS, clientName, type ClientGeneration, type ConsumerApi } from "./clients.js";
-import { NATS_SCENARIOS, type NatsScenario } from "./scenarios.js";
+import { NATS_SCENARIOS, natsScenario, type NatsScenario } from "./scenarios.js";
 import { runNatsScenario, type NatsRunResult } from "./run.js";
 
 export const MATRIX_BEGIN = "<!-- nats-matrix:begin -->";
@@ -24,6 +33,27 @@ export interface MatrixCell {
   gen: ClientGeneration;
   api: ConsumerApi;
   scenario: NatsScenario;
+  /** A calibration row: its table row names the exact client version. */
+  calibration?: boolean;
+}
+
+/**
+ * The calibration rows: nats.deno #688 (nats@2.22.0: after a server restart, with nothing
+ * published, the ordered consumer's second rebuild re-used its name, the server answered "consumer
+ * name already in use", and the watcher ended in an error), fixed in nats@2.23.0 (#689: a new name
+ * for each rebuild); the current releases beside them.
+ */
+export const CALIBRATION_CELLS: ReadonlyArray<{ gen: ClientGeneration; api: ConsumerApi; scenario: string }> = [
+  { gen: "nats2.22", api: "kv-watch", scenario: "restart-quiet" },
+  { gen: "nats2.23", api: "kv-watch", scenario: "restart-quiet" },
+  { gen: "nats2.22", api: "push-ordered", scenario: "restart-quiet" },
+  { gen: "nats2", api: "kv-watch", scenario: "restart-quiet" },
+  { gen: "nats3", api: "kv-watch", scenario: "restart-quiet" },
+];
+
+/** A cell's key in the expected table: the client by its major version ("nats@2"), a calibration row's by its exact one. */
+export function cellKey(cell: MatrixCell, client: string): string {
+  return `${cell.calibration ? client : clientMajor(client)}|${cell.api}|${cell.scenario.name}`;
 }
 
 export interface Expectation {
@@ -34,6 +64,9 @@ export interface Expectation {
   /** Inclusive band in seconds; null: any. */
   silence: [number, number] | null;
   silenceText: string;
+  /** The same for the lag. */
+  lag: [number, number] | null;
+  lagText: string;
 }
 
 export interface CellResult {
@@ -54,6 +87,7 @@ export interface CellResult {
 export function matrixCells(only: string[] = []): MatrixCell[] {
   const cells: MatrixCell[] = [];
   for (const gen of CLIENT_GENERATIONS) for (const api of CONSUMER_APIS[gen]) for (const scenario of NATS_SCENARIOS) cells.push({ gen, api, scenario });
+  for (const c of CALIBRATION_CELLS) cells.push({ gen: c.gen, api: c.api, scenario: natsScenario(c.scenario)!, calibration: true });
   if (only.length === 0) return cells;
   // A cell is kept when some term matches it; a term is parts joined by "/" (generation, API,
   // scenario, in any order), each of which must name the cell: "nats2/cut-8", "ordered".
@@ -82,7 +116,7 @@ function tableLines(doc: string): { before: string; rows: string[]; after: strin
 
 const cellsOf = (line: string) => line.split("|").slice(1, -1).map((c) => c.trim().replace(/^`|`$/g, ""));
 
-/** The expected table of the doc, keyed "client|api|scenario" (client as "nats@2" / "@nats-io/jetstream@3", major only). */
+/** The expected table of the doc, keyed "client|api|scenario" (client as "nats@2" / "@nats-io/jetstream@3", major only; a calibration row's exact, "nats@2.22.0"). */
 export function parseExpectations(doc: string): Map<string, Expectation> {
   const out = new Map<string, Expectation>();
   for (const line of tableLines(doc).rows) {
@@ -90,7 +124,8 @@ export function parseExpectations(doc: string): Map<string, Expectation> {
     const c = cellsOf(line);
     if (c.length < 5 || c[0] === "client" || /^-+$/.test(c[0]!.replace(/:/g, ""))) continue;
     const [client, api, scenario, verdict, silence] = c as [string, string, string, string, string];
-    out.set(`${client}|${api}|${scenario}`, { client, api, scenario, verdict, silence: parseBand(silence), silenceText: silence });
+    const lag = c.length >= 9 ? c[5]! : "any";
+    out.set(`${client}|${api}|${scenario}`, { client, api, scenario, verdict, silence: parseBand(silence), silenceText: silence, lag: parseBand(lag), lagText: lag });
   }
   return out;
 }
@@ -105,7 +140,7 @@ const secs = (ms: number | null) => (ms === null ? "—" : `${(ms / 1000).toFixe
 
 export function judgeCell(cell: MatrixCell, run: NatsRunResult, expectations: Map<string, Expectation>): CellResult {
   const client = run.client;
-  const key = `${clientMajor(client)}|${cell.api}|${cell.scenario.name}`;
+  const key = cellKey(cell, client);
   const expected = expectations.get(key) ?? null;
   const r = run.report;
   let silenceMs: number | null = null;
@@ -126,6 +161,13 @@ export function judgeCell(cell: MatrixCell, run: NatsRunResult, expectations: Ma
       if (s < expected.silence[0] || s > expected.silence[1]) {
         pass = false;
         why.push(`silence ${secs(silenceMs)}, expected ${expected.silenceText}`);
+      }
+    }
+    if (expected.lag !== null) {
+      const l = (r.lag.maxMs ?? 0) / 1000;
+      if (l < expected.lag[0] || l > expected.lag[1]) {
+        pass = false;
+        why.push(`lag ${secs(r.lag.maxMs)}, expected ${expected.lagText}`);
       }
     }
   }
@@ -177,7 +219,7 @@ export function formatMatrix(results: CellResult[]): string {
     r.client,
     r.cell.api,
     r.cell.scenario.name,
-    r.expected ? `${r.expected.verdict}, ${r.expected.silenceText}` : "(none)",
+    r.expected ? `${r.expected.verdict}, ${r.expected.silenceText}${r.expected.lag !== null ? `, lag ${r.expected.lagText}` : ""}` : "(none)",
     r.verdict,
     secs(r.silenceMs),
     secs(r.lagMs),
@@ -194,14 +236,15 @@ export function formatMatrix(results: CellResult[]): string {
 export async function writeMeasured(docPath: string, results: CellResult[]): Promise<void> {
   const doc = await readFile(docPath, "utf8");
   const t = tableLines(doc);
-  const byKey = new Map(results.map((r) => [`${clientMajor(r.client)}|${r.cell.api}|${r.cell.scenario.name}`, r]));
+  const byKey = new Map(results.map((r) => [cellKey(r.cell, r.client), r]));
   const rows = t.rows.map((line) => {
     if (!line.trim().startsWith("|")) return line;
     const c = cellsOf(line);
     const r = byKey.get(`${c[0]}|${c[1]}|${c[2]}`);
     if (r === undefined) return line;
     const measured = [r.verdict + (r.anomalies ? ` (${r.anomalies})` : ""), secs(r.silenceMs), secs(r.lagMs)];
-    return `| ${[`\`${c[0]}\``, c[1], c[2], c[3], c[4], ...measured].join(" | ")} |`;
+    const lag = c.length >= 9 ? c[5] : "any";
+    return `| ${[`\`${c[0]}\``, c[1], c[2], c[3], c[4], lag, ...measured].join(" | ")} |`;
   });
   await writeFile(docPath, t.before + rows.join("\n") + t.after);
 }

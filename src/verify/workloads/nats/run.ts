@@ -9,10 +9,14 @@
 // the drain waits for the consumer to deliver the last acknowledged seq (DRAIN_TIMEOUT_MS, then
 // `stalled`). Each heal's ok carries the proxy counters' change over the fault (the evidence) and
 // the stream's consumer count on the server at that moment (the seed's 5-second deletion, seen
-// from the server).
+// from the server). A restart is a `terminate` and a `start` whose ok carries the new server ID
+// (`boot`, its evidence); a pause is a `pause` whose ok carries the process state read from /proc
+// ("stopped") and a `resume`.
 
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { readProcState } from "../../nemesis/process.js";
 import { startProxy, type Proxy, type ProxyCounters } from "../../proxy/index.js";
 import { StreamHistoryWriter, type StreamConfigValue } from "../../history/stream.js";
 import { checkStream } from "../../checker/stream/index.js";
@@ -91,8 +95,23 @@ export const CONSUMER_COUNT_EVERY_MS = 500;
 export const CONNECTED_SETTLE_MS = 500;
 /** How long a reset of a storm waits for the consumer to be connected again. */
 export const RECONNECT_WAIT_MS = 5_000;
+/** How long a run waits for the publisher's first acknowledged publish after a restart or pause. */
+export const PUBLISHER_BACK_MS = 20_000;
 /** How often a condition wait looks again. */
 const CONDITION_POLL_MS = 20;
+/** How long a SIGSTOP or SIGCONT may take to show in /proc. */
+const PROC_STATE_TIMEOUT_MS = 5_000;
+
+/** Waits for the process's /proc state to be stopped (T) or not; returns it. */
+async function procState(pid: number, stopped: boolean): Promise<string> {
+  const until = performance.now() + PROC_STATE_TIMEOUT_MS;
+  for (;;) {
+    const st = await readProcState(pid);
+    if (st !== null && (st === "T" || st === "t") === stopped) return st;
+    if (performance.now() >= until) throw new Error(`pid ${pid}: /proc state ${st} after ${PROC_STATE_TIMEOUT_MS} ms, expected ${stopped ? "stopped" : "running"}`);
+    await sleep(CONDITION_POLL_MS);
+  }
+}
 
 /** Waits until `cond()` holds (true) or the deadline passes (false). */
 async function waitFor(cond: () => boolean, deadlineMs: number, signal?: AbortSignal): Promise<boolean> {
@@ -124,12 +143,15 @@ export function stoppedBetween(a: ProxyCounters, b: ProxyCounters): Record<strin
   };
 }
 
-function applyFault(proxy: Proxy, f: ScenarioFault): void {
+/** The faults of the consumer's line, which the proxy makes. */
+type LineFault = Extract<ScenarioFault, { kind: "cut" | "latency" }>;
+
+function applyFault(proxy: Proxy, f: LineFault): void {
   if (f.kind === "cut") proxy.setToxic("both", { kind: "reset" });
   else proxy.setToxic("downstream", { kind: "latency", latencyMs: f.latencyMs });
 }
 
-function removeFault(proxy: Proxy, f: ScenarioFault): void {
+function removeFault(proxy: Proxy, f: LineFault): void {
   if (f.kind === "cut") proxy.removeToxic("both", "reset");
   else proxy.removeToxic("downstream", "latency");
 }
@@ -140,7 +162,11 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
   await mkdir(o.outDir, { recursive: true });
   const historyPath = join(o.outDir, "history.jsonl");
   const client = clientName(o.gen);
+  const drainTimeoutMs = o.scenario.drainTimeoutMs ?? DRAIN_TIMEOUT_MS;
   let server: NatsServer | null = null;
+  // The store outlives each server of the run (a restart starts a new one on it).
+  const dataDir = await mkdtemp(join(tmpdir(), "narad-nats-"));
+  let paused = false;
   let proxy: Proxy | null = null;
   let publisher: Publisher | null = null;
   let consumer: RunningConsumer | null = null;
@@ -151,7 +177,7 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
   let clientConnected = true;
   let onHandshake: (() => void) | null = null;
   try {
-    server = await startNatsServer();
+    server = await startNatsServer({ dataDir });
     proxy = await startProxy({ listenHost: "127.0.0.1", listenPort: 0, targetHost: server.host, targetPort: server.port });
     const direct = `${server.host}:${server.port}`;
     const viaProxy = `${proxy.address.host}:${proxy.address.port}`;
@@ -170,7 +196,7 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
       connection_options: CONNECTION_OPTIONS,
       publish_interval_ms: PUBLISH_INTERVAL_MS,
       publish_timeout_ms: PUBLISH_TIMEOUT_MS,
-      drain_timeout_ms: DRAIN_TIMEOUT_MS,
+      drain_timeout_ms: drainTimeoutMs,
     };
     const writer = (w = StreamHistoryWriter.open(historyPath, config));
     let highest = 0;
@@ -194,20 +220,28 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
       `starting the ${o.api} consumer`,
     );
 
-    // The publisher: one publish in flight, one every PUBLISH_INTERVAL_MS.
+    // The publisher: one publish in flight, one every PUBLISH_INTERVAL_MS, none while `quiet`.
     let publishing = true;
+    let quiet = false;
+    let lastOkAt = 0;
     let lastAcked = 0;
     let next = 0;
     const pub = publisher;
     const publishLoop = (async () => {
       let tick = performance.now();
       while (publishing && !o.signal?.aborted) {
+        if (quiet) {
+          await sleep(CONDITION_POLL_MS);
+          tick = performance.now();
+          continue;
+        }
         const msg = ++next;
         writer.invoke("p0", "publish", { stream: config.stream, msg });
         try {
           const seq = await pub.publish(String(msg));
           writer.complete("p0", "ok", { seq });
           if (seq > lastAcked) lastAcked = seq;
+          lastOkAt = performance.now();
         } catch (e) {
           writer.complete("p0", isDefiniteRefusal(e) ? "fail" : "info", { error: (e as Error).message });
         }
@@ -222,6 +256,15 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
     const at = (ms: number) => sleep(start + ms - performance.now(), o.signal);
     const elapsed = () => `${((performance.now() - start) / 1000).toFixed(2)} s`;
     let lateMs = 0;
+    // After a fault of the server, the publisher too must be back (reconnected, its first publish
+    // acknowledged: a publish sent while it was down times out 5 s later) before the rest of the
+    // schedule runs, so that publishes acknowledged after the fault are there to wait for the
+    // consumer's rebuild (the lag measures it; the silence after such a fault has nothing waiting).
+    const publisherBack = async (since: number) => {
+      const waitStart = performance.now();
+      if (!(await waitFor(() => lastOkAt > since, PUBLISHER_BACK_MS, o.signal))) say(`${elapsed()}  no publish acknowledged within ${PUBLISHER_BACK_MS} ms of the fault's end`);
+      lateMs += performance.now() - waitStart;
+    };
     for (const f of o.scenario.faults) {
       await at(f.atMs + lateMs);
       if (o.signal?.aborted) break;
@@ -241,6 +284,47 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
               });
         lateMs += performance.now() - waitStart;
         if (!ready) say(`${elapsed()}  no ${f.when === "connected" ? "reconnect" : "handshake"} within ${RECONNECT_WAIT_MS} ms: this reset may find nothing to reset`);
+      }
+      if (f.kind === "restart") {
+        // Stop, stay down, start again on the same port and store: the proxy and the publisher find it there.
+        const began = performance.now();
+        const { pid, port } = server;
+        writer.invoke("nemesis", "fault", { kind: "terminate", pid });
+        if ((f.quietMs ?? 0) > 0) quiet = true;
+        await server.stop();
+        writer.complete("nemesis", "ok", { kind: "terminate", pid, exited: true });
+        say(`${elapsed()}  nats-server stopped (pid ${pid})`);
+        await sleep(f.durationMs, o.signal);
+        writer.invoke("nemesis", "fault", { kind: "start", port });
+        server = await startNatsServer({ dataDir, port });
+        writer.complete("nemesis", "ok", { kind: "start", port, pid: server.pid, boot: server.serverId });
+        say(`${elapsed()}  nats-server started again (pid ${server.pid}, server ID ${server.serverId})`);
+        lateMs += performance.now() - began - f.durationMs;
+        if (quiet) {
+          await sleep(f.quietMs!, o.signal);
+          quiet = false;
+          say(`${elapsed()}  publishing again`);
+        }
+        await publisherBack(performance.now());
+        continue;
+      }
+      if (f.kind === "pause") {
+        const began = performance.now();
+        const pid = server.pid;
+        writer.invoke("nemesis", "fault", { kind: "pause", pid });
+        process.kill(pid, "SIGSTOP");
+        paused = true;
+        writer.complete("nemesis", "ok", { kind: "pause", pid, state: "stopped", proc_state: await procState(pid, true) });
+        say(`${elapsed()}  nats-server paused (SIGSTOP)`);
+        await sleep(f.durationMs, o.signal);
+        writer.invoke("nemesis", "fault", { kind: "resume", pid });
+        process.kill(pid, "SIGCONT");
+        paused = false;
+        writer.complete("nemesis", "ok", { kind: "resume", pid, proc_state: await procState(pid, false) });
+        lateMs += performance.now() - began - f.durationMs;
+        say(`${elapsed()}  nats-server resumed (SIGCONT)`);
+        await publisherBack(performance.now());
+        continue;
       }
       const value = f.kind === "cut" ? { kind: "cut", mode: f.mode } : { kind: "latency", direction: "downstream", latency_ms: f.latencyMs };
       writer.invoke("nemesis", "fault", value);
@@ -292,7 +376,7 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
           o.signal?.removeEventListener("abort", done);
           resolve();
         };
-        const t = setTimeout(done, DRAIN_TIMEOUT_MS);
+        const t = setTimeout(done, drainTimeoutMs);
         waiter = { until: lastAcked, resolve: done };
         o.signal?.addEventListener("abort", done, { once: true });
       });
@@ -310,7 +394,9 @@ export async function runNatsScenario(o: NatsRunOptions): Promise<NatsRunResult>
     await publisher?.close().catch(() => undefined);
     await w?.close().catch(() => undefined);
     await proxy?.close().catch(() => undefined);
+    if (paused && server !== null) process.kill(server.pid, "SIGCONT");
     await server?.stop().catch(() => undefined);
+    await rm(dataDir, { recursive: true, force: true });
   }
   const report = await checkStream(historyPath);
   const reportJsonPath = join(o.outDir, "report.json");

@@ -44,12 +44,17 @@ export interface NatsServer {
   stop(): Promise<void>;
 }
 
-export async function startNatsServer(opts: { binary?: string; dataDir?: string } = {}): Promise<NatsServer> {
+/**
+ * Starts a server. `dataDir` given: the caller owns it (it is kept at the stop), so that a restart
+ * can start a new server on the same store; `port` given: that port (a restart's, so that every
+ * client's reconnect finds it), else a free one.
+ */
+export async function startNatsServer(opts: { binary?: string; dataDir?: string; port?: number } = {}): Promise<NatsServer> {
   const binary = opts.binary ?? findNatsServer();
   if (binary === null) throw new Error(`nats-server not found on PATH (${NATS_INSTALL_HINT})`);
   const dataDir = opts.dataDir ?? (await mkdtemp(join(tmpdir(), "narad-nats-")));
   const ownDir = opts.dataDir === undefined;
-  const child = spawn(binary, ["-js", "-a", "127.0.0.1", "-p", "-1", "-sd", dataDir], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(binary, ["-js", "-a", "127.0.0.1", "-p", String(opts.port ?? -1), "-sd", dataDir], { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   let serverId = "";
   let version = "";
