@@ -388,7 +388,7 @@ async function main(): Promise<void> {
 
     if (want("idempotent")) {
       const { benchIdempotent } = await import("./idempotent.js");
-      await benchIdempotent({ seconds: SECONDS, rounds: ROUNDS, warmupSeconds: WARMUP_SECONDS, payload: PAYLOAD, want, closedLoop, interleaved, row, fmt, pool: np, pid: node.proc.pid!, createTopic: (name, partitions) => createTopic(np, name, partitions) });
+      await benchIdempotent({ seconds: SECONDS, rounds: ROUNDS, warmupSeconds: WARMUP_SECONDS, payload: PAYLOAD, want, closedLoop, interleaved, row, fmt, pool: np, pid: node.proc.pid!, countFsyncs, perMsg, createTopic: (name, partitions) => createTopic(np, name, partitions) });
     }
 
     if (want("consume")) {

@@ -30,6 +30,16 @@ async function placement(url: string, topic: string): Promise<{ partition: numbe
   return (await json(`${url}/v1/topics/${topic}`)).body.placement;
 }
 
+/** Sequences first .. first + n - 1 as one batch through `url` (payloads m-SEQ); the answers. */
+async function sendBatch(url: string, topic: string, id: string, first: number, n: number): Promise<{ status: number; body: any; duplicate: boolean }> {
+  const messages = Array.from({ length: n }, (_, k) => ({ payload_base64: Buffer.from(`m-${first + k}`).toString("base64") }));
+  return json(`${url}/v1/topics/${topic}/messages/batch`, {
+    method: "POST",
+    body: JSON.stringify({ messages }),
+    headers: { "content-type": "application/json", "narad-producer-id": id, "narad-sequence": String(first) },
+  });
+}
+
 /** Payload → how many times the partition holds it, through `url`. */
 async function copies(url: string, topic: string): Promise<Map<string, number>> {
   const out = new Map<string, number>();
@@ -91,6 +101,11 @@ test("after a replicated partition's failover, a re-send is a duplicate at its o
   assert.equal((await post(`${url}/v1/topics`, { name: "rep", partitions: 1, replication_factor: 3 })).status, 201);
   const id = (await post(`${url}/v1/producers`, {})).body.producer_id as string;
   const first = await sendAll(c, "rep", id, 20);
+  // And a batch: its records share one attribute block on the leader, numbered as they are
+  // written; each copy shipped to the followers must carry its own sequence.
+  const batch = await sendBatch(url, "rep", id, 20, 10);
+  assert.equal(batch.status, 202, JSON.stringify(batch.body));
+  const batched = (batch.body.results as { partition: number; offset: number }[]).map((r) => ({ partition: r.partition, offset: r.offset }));
   const before = (await placement(url, "rep"))[0]!;
   const leader = c.nodes.find((n) => n.id === before.node)!;
   await leader.kill();
@@ -103,5 +118,10 @@ test("after a replicated partition's failover, a re-send is a duplicate at its o
     for (const u of c.urls) if ((await send(u, "rep", id, 0)).status !== 202) return undefined;
     return true;
   }, { timeoutMs: 20_000, what: "every node serving the partition again" });
-  await resendAll(c, "rep", id, first);
+  await resendAll(c, "rep", id, [...first, ...batched]);
+  for (const u of c.urls) {
+    const again = await sendBatch(u, "rep", id, 20, 10);
+    assert.equal(again.status, 202, JSON.stringify(again.body));
+    assert.deepEqual(again.body.results, batched.map((r) => ({ ...r, duplicate: true })), `the batch re-sent whole via ${u}: every message a duplicate at its first place`);
+  }
 });

@@ -53,7 +53,7 @@ import { NaradError } from "../protocol/errors.js";
 import { DEFAULTS, type ChildJson, type CreateTopicRequest, type OriginJson, type UpdateTopicRequest } from "../protocol/wire.js";
 import type { Clock } from "../platform/clock.js";
 import { systemScheduler, type Scheduler, type Timer } from "../platform/scheduler.js";
-import type { AckLog, PartitionLog, StoredRecord } from "../storage/types.js";
+import type { AckLog, AppendInput, PartitionLog, StoredRecord } from "../storage/types.js";
 import { decodeAttrs, encodeAttrs } from "../storage/attrs.js";
 import type { StorageFs } from "../storage/index.js";
 import { ChildLinks } from "./child-links.js";
@@ -691,7 +691,7 @@ export class Broker {
    */
   private async appendGroups(
     t: Topic,
-    items: { key: Buffer | null; payload: Buffer; attrs?: Buffer }[],
+    items: AppendInput[],
     groups: Map<number, number[]>,
     onAssigned?: (partition: number, baseOffset: number) => void,
     /** The produce time (default: now). */

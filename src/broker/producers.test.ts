@@ -4,7 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { openPartitionLog } from "../storage/partition-log.js";
 import { captureLogger, logOptions, TestClock, withTempDir } from "../../test/support/storage.js";
-import { DedupeWindow, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, producerAttrsMany, producerAttrsRun, SEQUENCE_RUN, WindowTotals, type WindowLimits } from "./producers.js";
+import { DedupeWindow, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, producerAttrsMany, SEQUENCE_RUN, WindowTotals, type WindowLimits } from "./producers.js";
+import { setProducerSequence, withProducerSequence } from "../storage/attrs.js";
 
 const A = "aa".repeat(16);
 const B = "bb".repeat(16);
@@ -64,7 +65,7 @@ test("entries bound: at entriesMax the window taking a sequence lets go of its o
   assert.equal(totals.entries, 40, "a window cleared gives its entries back");
 });
 
-test("producerAttrsMany writes what encodeAttrs does, for one producer and several", () => {
+test("producerAttrsMany writes what encodeAttrs does, for one producer and several; a shared block renumbered writes the same", () => {
   const ps = [
     { id: A, sequence: 0 },
     { id: A, sequence: 2 ** 40 + 3 },
@@ -73,8 +74,16 @@ test("producerAttrsMany writes what encodeAttrs does, for one producer and sever
     { id: A, sequence: Number.MAX_SAFE_INTEGER },
   ];
   assert.deepEqual(producerAttrsMany(ps), ps.map(producerAttrs));
+  // A run's shared block, renumbered as the log writes each record (across the u32 boundary).
   const first = 2 ** 32 - 2;
-  assert.deepEqual(producerAttrsRun(B, first, 4), [0, 1, 2, 3].map((k) => producerAttrs({ id: B, sequence: first + k })));
+  const block = producerAttrs({ id: B, sequence: first });
+  for (let k = 0; k < 4; k++) {
+    assert.deepEqual(withProducerSequence(block, first + k), producerAttrs({ id: B, sequence: first + k }));
+    setProducerSequence(block, first + k);
+    assert.deepEqual(block, producerAttrs({ id: B, sequence: first + k }));
+  }
+  assert.throws(() => setProducerSequence(Buffer.from([2, 0, 0]), 1), RangeError);
+  assert.throws(() => setProducerSequence(block, 2 ** 53), RangeError);
 });
 
 test("runs: a batch's consecutive sequences are one queue entry, bounded, expired and split around a copy already held", () => {

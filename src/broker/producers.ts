@@ -148,24 +148,6 @@ export function producerAttrsMany(ps: readonly ProducerRef[]): Buffer[] {
   return out;
 }
 
-/** The attribute blocks of one producer's sequences first .. first + count - 1 (as producerAttrsMany). */
-export function producerAttrsRun(id: string, first: number, count: number): Buffer[] {
-  const one = producerAttrs({ id, sequence: first });
-  const n = one.length;
-  const all = Buffer.allocUnsafe(n * count);
-  const out = new Array<Buffer>(count);
-  const at0 = 3 + PRODUCER_ID_BYTES;
-  for (let k = 0; k < count; k++) {
-    const at = k * n;
-    one.copy(all, at);
-    const seq = first + k;
-    all.writeUInt32LE(seq >>> 0, at + at0);
-    all.writeUInt32LE(Math.floor(seq / 4294967296), at + at0 + 4);
-    out[k] = all.subarray(at, at + n);
-  }
-  return out;
-}
-
 export interface WindowLimits {
   windowMs: number;
   sequencesMax: number;
@@ -582,13 +564,21 @@ export interface IdempotentResult {
   duplicate?: true;
 }
 
+/** A new idempotent record: a run's records share one attribute block (AppendInput.producerSequence). */
+export interface FreshRecord {
+  key: Buffer | null;
+  payload: Buffer;
+  attrs: Buffer;
+  producerSequence?: number;
+}
+
 /**
  * Appends the given items (index lists per partition) and resolves with their offsets once
  * durable; `onAssigned` is called with each partition's base offset as soon as the log assigned
  * it (before the fsync), so a failure after it is known to have left the records in the log.
  */
 export type AppendFn = (
-  items: { key: Buffer | null; payload: Buffer; attrs: Buffer }[],
+  items: FreshRecord[],
   groups: Map<number, number[]>,
   onAssigned: (partition: number, baseOffset: number) => void,
 ) => Promise<{ partition: number; offset: number }[]>;
@@ -780,30 +770,39 @@ export class DedupeWindows {
     append: AppendFn,
     results: IdempotentResult[],
   ): Promise<void> {
-    const sub: { key: Buffer | null; payload: Buffer; attrs: Buffer }[] = [];
+    const sub: FreshRecord[] = [];
     const subGroups = new Map<number, number[]>();
     const origin: number[] = []; // sub index → item index
     let settle!: () => void;
     const until = new Promise<void>((r) => (settle = r));
-    // Partitions whose fresh items are one producer's consecutive sequences: one run each.
+    // Partitions whose fresh items are one producer's consecutive sequences: one run each,
+    // whose records share one attribute block that the log numbers as it writes them (a block
+    // of their own each cost more than the rest of the dedupe work).
     const runs = new Set<number>();
     for (const [p, idxs] of fresh) {
       const w = wins.get(p)!;
       const g: number[] = [];
-      const run = consecutive(items, idxs);
       const head = items[idxs[0]!]!.producer;
-      const attrs = run ? producerAttrsRun(head.id, head.sequence, idxs.length) : producerAttrsMany(idxs.map((i) => items[i]!.producer));
+      const run = consecutive(items, idxs);
       if (run) {
         runs.add(p);
         w.reserve(head.id, head.sequence, idxs.length, until);
-      }
-      for (let k = 0; k < idxs.length; k++) {
-        const i = idxs[k]!;
-        const it = items[i]!;
-        if (!run) w.reserve(it.producer.id, it.producer.sequence, 1, until);
-        g.push(sub.length);
-        origin.push(i);
-        sub.push({ key: typeof it.key === "string" ? Buffer.from(it.key, "utf8") : it.key, payload: it.payload, attrs: attrs[k]! });
+        const block = producerAttrs(head);
+        for (let k = 0; k < idxs.length; k++) {
+          const it = items[idxs[k]!]!;
+          g.push(sub.length);
+          origin.push(idxs[k]!);
+          sub.push({ key: typeof it.key === "string" ? Buffer.from(it.key, "utf8") : it.key, payload: it.payload, attrs: block, producerSequence: head.sequence + k });
+        }
+      } else {
+        const attrs = producerAttrsMany(idxs.map((i) => items[i]!.producer));
+        for (let k = 0; k < idxs.length; k++) {
+          const it = items[idxs[k]!]!;
+          w.reserve(it.producer.id, it.producer.sequence, 1, until);
+          g.push(sub.length);
+          origin.push(idxs[k]!);
+          sub.push({ key: typeof it.key === "string" ? Buffer.from(it.key, "utf8") : it.key, payload: it.payload, attrs: attrs[k]! });
+        }
       }
       subGroups.set(p, g);
     }

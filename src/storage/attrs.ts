@@ -54,6 +54,26 @@ function isU53(v: number): boolean {
   return Number.isSafeInteger(v) && v >= 0;
 }
 
+/** Where a block that starts with the producer attribute keeps its sequence (tag, u16 length, id). */
+const PRODUCER_SEQUENCE_AT = 3 + PRODUCER_ID_BYTES;
+
+/**
+ * Writes `sequence` into `block`, a block whose first entry is the producer attribute (as
+ * encodeAttrs writes it): a run of one producer's records shares one block, renumbered for each
+ * record as the log writes it (AppendInput.producerSequence in ./types.ts).
+ */
+export function setProducerSequence(block: Buffer, sequence: number): void {
+  if (block[0] !== ATTR_TAG.producer || !isU53(sequence)) throw new RangeError("a producer block and a sequence in [0, 2^53)");
+  writeU64(block, sequence, PRODUCER_SEQUENCE_AT);
+}
+
+/** A copy of a producer block carrying `sequence` (setProducerSequence on a copy). */
+export function withProducerSequence(block: Buffer, sequence: number): Buffer {
+  const copy = Buffer.from(block);
+  setProducerSequence(copy, sequence);
+  return copy;
+}
+
 /** The block for `a`, or null when it holds nothing (the record is written as version 1). */
 export function encodeAttrs(a: RecordAttrs): Buffer | null {
   const parts: Buffer[] = [];

@@ -57,6 +57,7 @@ import type {
   StoredRecord,
 } from "./types.js";
 import { StorageError } from "./errors.js";
+import { setProducerSequence } from "./attrs.js";
 import {
   checkFrame,
   decodeFrame,
@@ -281,6 +282,7 @@ export class FilePartitionLog implements PartitionLog {
       const keyBytes = r.key === null ? 0 : r.key.length;
       if (keyBytes > KEY_BYTES_MAX) throw new RangeError(`key of ${keyBytes} bytes is over the ${KEY_BYTES_MAX}-byte limit`);
       if (r.attrs !== undefined && (r.attrs.length === 0 || r.attrs.length > ATTR_BYTES_MAX)) throw new RangeError(`attributes of ${r.attrs.length} bytes: 1 to ${ATTR_BYTES_MAX} bytes`);
+      if (r.producerSequence !== undefined && r.attrs === undefined) throw new RangeError("a producer sequence without its attribute block");
       total += (r.attrs === undefined ? HEADER_BYTES : HEADER_BYTES_ATTRS + r.attrs.length) + keyBytes + r.payload.length;
     }
     if (n === 0) return { baseOffset, durable: Promise.resolve() };
@@ -310,6 +312,7 @@ export class FilePartitionLog implements PartitionLog {
     for (let i = 0; i < n; i++) {
       const r = records[i]!;
       seg.pushPosition(segPosAtStart + p);
+      if (r.producerSequence !== undefined) setProducerSequence(r.attrs!, r.producerSequence);
       p = encodeRecord(stage, p, baseOffset + i, producedAtMs, r.key, r.payload, r.control === true, r.attrs ?? null);
     }
     assert.equal(p - start, total);

@@ -26,6 +26,14 @@ export interface AppendInput {
   control?: true;
   /** Attributes, encoded by ./attrs.ts (1 .. ATTR_BYTES_MAX bytes); none when absent. */
   attrs?: Buffer;
+  /**
+   * With attrs a block that starts with the producer attribute, shared by a run of records
+   * (one buffer, not one each): this record's sequence, written into the block as the log
+   * encodes the record (./attrs.ts, setProducerSequence). The block's own sequence bytes are
+   * then whatever the last record of the run left there: readers of an AppendInput after the
+   * append take the sequence from here.
+   */
+  producerSequence?: number;
 }
 
 export interface StorageOptions {

@@ -39,6 +39,7 @@ import type { Scheduler, Timer } from "../../platform/scheduler.js";
 import type { CopyCursors } from "../../broker/children.js";
 import type { AckLog, AppendInput, PartitionLog, RecoveryReport, StoredRecord } from "../../storage/index.js";
 import { ForwardingAckLog } from "../../storage/index.js";
+import { withProducerSequence } from "../../storage/attrs.js";
 import type { PeerRequest, PeerResponse } from "../peers.js";
 import { encodeRecords, shippedBytes, type ShippedRecord } from "./codec.js";
 import { cutHistory, readReplicaFile, withEpoch, writeReplicaFile, type EpochEntry } from "./history.js";
@@ -219,7 +220,7 @@ export class ReplicatedLog implements PartitionLog {
     const end = baseOffset + records.length;
     if (this.pending.length === 0) this.pendingBase = baseOffset;
     for (const r of records) {
-      const s: ShippedRecord = r.control === true ? { producedAtMs, key: null, payload: r.payload, control: true } : r.attrs !== undefined ? { producedAtMs, key: r.key, payload: r.payload, attrs: r.attrs } : { producedAtMs, key: r.key, payload: r.payload };
+      const s: ShippedRecord = r.control === true ? { producedAtMs, key: null, payload: r.payload, control: true } : r.attrs !== undefined ? { producedAtMs, key: r.key, payload: r.payload, attrs: r.producerSequence === undefined ? r.attrs : withProducerSequence(r.attrs, r.producerSequence) } : { producedAtMs, key: r.key, payload: r.payload };
       this.pending.push(s);
       this.pendingBytes += shippedBytes(s);
     }
