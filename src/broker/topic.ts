@@ -54,6 +54,8 @@ export class Topic {
   readonly waiters: Waiter[] = [];
   /** Where unkeyed produces go: runs of messages, one partition at a time (./partitioner.ts). */
   readonly unkeyed = new StickyPartitioner();
+  /** Whether a partition's fdatasync is in flight (the sticky runs move on from it); made once. */
+  readonly syncing = (p: number): boolean => this.partitions[p]?.log.syncInFlight === true;
   /** narad_produced_messages_total's child for this topic, made at the first produce (no label hashing a request). */
   producedCounter: { inc(n?: number): void } | undefined;
   /** Per partition, the commit single produces are joining now (Broker.produceOne). */

@@ -244,6 +244,10 @@ export class FilePartitionLog implements PartitionLog {
   get syncedOffset(): number {
     return this.syncedOffsetValue;
   }
+  get syncInFlight(): boolean {
+    return this.syncing !== null;
+  }
+
   get pendingSyncBytes(): number {
     return this.pendingSyncBytesValue;
   }

@@ -203,6 +203,9 @@ export class ReplicatedLog implements PartitionLog {
   get syncedOffset(): number {
     return this.visible;
   }
+  get syncInFlight(): boolean {
+    return this.inner.syncInFlight;
+  }
   get pendingSyncBytes(): number {
     return this.inner.pendingSyncBytes;
   }
