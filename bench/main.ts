@@ -23,7 +23,7 @@ import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { encodeBinaryBatch, decodeDeliveries, BATCH_BINARY_TYPE, DELIVERIES_TYPE } from "../src/protocol/wire.js";
-import { benchPeers, PEER_NAMES } from "./peers.js";
+import { benchPeers, PEER_NAMES, withNatsPublish } from "./peers.js";
 import { track } from "./cleanup.js";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -366,6 +366,18 @@ async function main(): Promise<void> {
       for (const [n, r, goal] of [[64, s64, ">= 3x the HTTP row"], [256, s256, ">= 3x the HTTP row"], [1024, s1024, ">= 6x the HTTP row"]] as const) {
         row(`produce over the stream, ${n} in flight, 3 partitions (msgs/s; ${per(r)}; p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms)`, fmt(r.perS), `HTTP ${fmt(http.perS)}; fdatasync ${fmt(base.perS)}`, r.perS / http.perS, goal);
       }
+      // Issue 17: the stream at 1 024 in flight beside NATS's thin publish at the same depth (a
+      // core publish with a reply inbox: JetStream's PubAck comes before any fsync), live.
+      await withNatsPublish(PAYLOAD, async (nats) => {
+        const [s, t] = (await interleaved(
+          (sec) => countFsyncs(node.proc.pid!, () => closedLoop(1024, sec, streamOp(), node.proc.pid)),
+          async (sec) => {
+            await nats.purge(); // not timed: the stream stays small
+            return closedLoop(1024, sec, nats.thinPublish, { "nats-server": nats.pid });
+          },
+        )) as [LoadResult, LoadResult];
+        row(`produce over the stream, 1024 in flight, vs NATS thin publish at 1024 in flight (msgs/s; ${per(s)})`, fmt(s.perS), `NATS ${fmt(t.perS)} (live; ${(t.cpuUsPerMsg["nats-server"] ?? NaN).toFixed(1)} µs server CPU a message)`, s.perS / t.perS, ">= 1x NATS thin publish");
+      });
       await sdk.close();
     }
 

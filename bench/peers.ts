@@ -281,22 +281,30 @@ async function startNats(exe: string) {
 /**
  * nats.js `js.publish` of `payload` to a file-storage stream, as a closed-loop op (`publish`
  * resolves to 1 once its PubAck came), on a nats-server started for `body` and stopped after it;
- * `purge` empties the stream (not timed), `pid` is the server's. When nats-server or the nats
- * package is missing, prints why and returns without calling `body` (bench/sdk-produce.ts).
+ * `thinPublish` the same through the thin client (a core publish with a reply inbox, the PubAcks
+ * collected by one subscription), `purge` empties the stream (not timed), `pid` is the server's.
+ * When nats-server or the nats package is missing, prints why and returns without calling `body`
+ * (bench/sdk-produce.ts, and the stream rows of main.ts).
  */
-export async function withNatsPublish(payload: Buffer, body: (n: { pid: number; publish: () => Promise<number>; purge: () => Promise<void> }) => Promise<void>): Promise<void> {
+export async function withNatsPublish(payload: Buffer, body: (n: { pid: number; publish: () => Promise<number>; thinPublish: () => Promise<number>; purge: () => Promise<void> }) => Promise<void>): Promise<void> {
   await guarded("NATS JetStream", "nats-server", "nats", async (exe) => {
     const n = await startNats(exe);
+    const thin = new ThinNats(n.nc, n.nats.createInbox());
     try {
       await n.stream("PUB", "pub.>");
       const publish = async () => {
         await n.js.publish("pub.q", payload);
         return 1;
       };
-      await body({ pid: n.server.pid, publish, purge: async () => void (await n.jsm.streams.purge("PUB")) });
+      const thinPublish = async () => {
+        await thin.publish("pub.q", payload);
+        return 1;
+      };
+      await body({ pid: n.server.pid, publish, thinPublish, purge: async () => void (await n.jsm.streams.purge("PUB")) });
     } catch (e) {
       throw withCause(e, n.server);
     } finally {
+      thin.close();
       await n.close();
     }
   });
