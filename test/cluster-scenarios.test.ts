@@ -324,6 +324,7 @@ describe("cluster scenarios", () => {
       refusedId = refused.id;
       const ack = await client(a!).ackBatch("fence", held.messages.map((m) => m.receipt_handle));
       assert.deepEqual(ack.results.map((x) => x.status), [503, 503], "acks are refused, not settled");
+      for (const x of ack.results as { error?: string }[]) assert.ok(x.error === "not_owner" || x.error === "owner_unreachable", `a definite code of the error table, not ${x.error}`);
       assert.deepEqual((await client(b!).consumeBatch("fence", 10)).messages, [], "no lease is handed out");
       // Nor a replay: a node whose lease lapsed may have been deposed, its log behind the new
       // owner's (a stale read; seen as a checker `skip` on a replicated topic in calibration).

@@ -548,8 +548,10 @@ export function defineContractSuite(name: string, deploy: () => Promise<Deployme
       assert.equal(first.status, 200);
       const mixed = await json("POST", `/v1/topics/${topic}/ack/batch`, { receipt_handles: [handles[0], "junk", handles[10]] });
       assert.equal(mixed.status, 200);
-      const statuses = ((await mixed.json()) as { results: { receipt_handle: string; status: number }[] }).results;
+      const statuses = ((await mixed.json()) as { results: { receipt_handle: string; status: number; error?: string }[] }).results;
       assert.deepEqual(statuses.map((s) => s.status), [410, 400, 204]);
+      // Each refusal names its code, as the single ack's error body would (docs/api.md).
+      assert.deepEqual(statuses.map((s) => s.error), ["receipt_handle_gone", "invalid_receipt_handle", undefined]);
       assert.equal(statuses[1]!.receipt_handle, "junk");
       const nack = await json("POST", `/v1/topics/${topic}/ack/batch`, { receipt_handles: handles.slice(11, 20), extend: 0 });
       assert.deepEqual(((await nack.json()) as { results: { status: number }[] }).results.map((x) => x.status), Array(9).fill(204));

@@ -61,6 +61,7 @@ import {
   errorFromTransport,
   refusedBeforeSending,
 } from "./errors.js";
+import { isErrorCode } from "../protocol/errors.js";
 import { StreamTransport } from "./stream-transport.js";
 import { BatchBudget, Batcher, batchingLimits, checkMessage, destroyedBeforeSending, outcomesOfPartial, type BatchItem, type Outcome } from "./batcher.js";
 import { INSTALL_CLIENT_FAULTS, NO_CLIENT_FAULTS, type ClientFaults } from "./faults.js";
@@ -732,7 +733,7 @@ export class Narad {
           ? { receipt_handles: receiptHandles, extend: opts.extend }
           : { receipt_handles: receiptHandles };
     const res = await this.#call("POST", `${this.#topicPath(topic)}/ack/batch`, this.#hJson, JSON.stringify(body), "ack batch");
-    return ((await res.body.json()) as AckBatchResult).results.map((r) => ({ receiptHandle: r.receipt_handle, status: r.status }));
+    return ((await res.body.json()) as AckBatchResult).results.map((r) => (r.error !== undefined && isErrorCode(r.error) ? { receiptHandle: r.receipt_handle, status: r.status, error: r.error } : { receiptHandle: r.receipt_handle, status: r.status }));
   }
 
   /**

@@ -1,6 +1,7 @@
 // Public value types of the SDK: the wire's snake_case JSON in camelCase, units in the names.
 // The conversion happens once, at the edge (src/client/narad.ts), so callers never see the wire.
 
+import type { ErrorCode } from "../protocol/errors.js";
 import type { AcksMode, GrantAction } from "../protocol/wire.js";
 
 export type { AcksMode };
@@ -242,10 +243,16 @@ export interface ReplayPage {
   endOffset: number;
 }
 
-/** What each handle of an ack batch got: the status a single ack would have answered. */
+/**
+ * What each handle of an ack batch got: the status a single ack would have answered (204, 400,
+ * 410; in a cluster also 503 while the handle's owner is unreachable and 502 when a forward's
+ * answer was lost), and for any but 204 the error code of that answer (src/protocol/errors.ts:
+ * whether it is definite is the table's to say: `ERRORS[error].definite`).
+ */
 export interface AckStatus {
   receiptHandle: string;
-  status: 204 | 400 | 410;
+  status: number;
+  error?: ErrorCode;
 }
 
 export interface User {

@@ -9,7 +9,7 @@ import { originOf } from "../broker/dead-letters.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { recordAttrs, type Delivery, type ReplayResult } from "../broker/broker.js";
 import type { SettleOutcome } from "../broker/service.js";
-import { NaradError } from "../protocol/errors.js";
+import { NaradError, type ErrorCode } from "../protocol/errors.js";
 import { DELIVERIES_TYPE, encodeDeliveries, HEADERS, type ConsumedMessageJson } from "../protocol/wire.js";
 
 const IDENTITY = Symbol("narad.identityHeaders");
@@ -144,6 +144,12 @@ export function toJsonMessage(d: Delivery, owner: string, ownerBoot: string): Co
 /** The status a settle outcome answers with in a batch. */
 export function outcomeStatus(o: SettleOutcome): number {
   return o instanceof NaradError ? o.status : o;
+}
+
+/** A settle outcome's error code, what the single request answers (null for 204). */
+export function outcomeCode(o: SettleOutcome): ErrorCode | null {
+  if (o instanceof NaradError) return o.code;
+  return o === 204 ? null : o === 410 ? "receipt_handle_gone" : "invalid_receipt_handle";
 }
 
 /** Never aborted: what a consume that does not wait gets, since it has nothing to give up. */

@@ -238,7 +238,8 @@ export interface RedriveResponse {
 }
 
 export interface AckBatchResult {
-  results: { receipt_handle: string; status: 204 | 400 | 410 }[];
+  /** `error`: the code the single request would have answered, on any status but 204. */
+  results: { receipt_handle: string; status: number; error?: string }[];
 }
 
 export interface ReplayMessageJson {

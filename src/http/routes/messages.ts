@@ -12,7 +12,7 @@ import { NaradError } from "../../protocol/errors.js";
 import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
 import { readBatch, readBody, readBodyThen, readJson } from "../body.js";
 import { asObject, badExtend, checkKey, headersFromRequest, headersHeaderValue, parseDelayMs, partitionParam, prefersMinimal, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
-import { abortOnClose, head, outcomeStatus, sendBody, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
+import { abortOnClose, head, outcomeCode, outcomeStatus, sendBody, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
 import type { Ctx, RouteDeps } from "../router.js";
 
 export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers: ProducerIdsApi): void {
@@ -178,7 +178,8 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
   const ack = async (topic: string, handle: string, action: SettleAction, ctx: Ctx): Promise<void> => {
     const [outcome] = await svc.settle(topic, [handle], action, ctx.req);
     if (outcome instanceof NaradError) throw outcome;
-    if (outcome !== 204) throw new NaradError(outcome === 410 ? "receipt_handle_gone" : "invalid_receipt_handle");
+    const code = outcomeCode(outcome);
+    if (code !== null) throw new NaradError(code);
   };
   on("POST", "/v1/topics/:topic/ack", "consume", async (_req, res, p, q, ctx) => {
     const topic = topicParam(p);
@@ -202,7 +203,12 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     const action: SettleAction =
       dl === true ? "dead_letter" : ext === undefined || ext === false || ext === null ? "ack" : ext === true || ext === "true" ? "extend" : ext === 0 || ext === "0" ? "nack" : badExtend();
     const outcomes = await svc.settle(topic, handles as string[], action, ctx.req);
-    sendJson(res, 200, { results: outcomes.map((o, i) => ({ receipt_handle: handles[i] as string, status: outcomeStatus(o) })) });
+    sendJson(res, 200, {
+      results: outcomes.map((o, i) => {
+        const error = outcomeCode(o);
+        return error === null ? { receipt_handle: handles[i] as string, status: 204 } : { receipt_handle: handles[i] as string, status: outcomeStatus(o), error };
+      }),
+    });
   });
 
   // ---- replay -----------------------------------------------------------------------------------

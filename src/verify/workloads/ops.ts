@@ -26,7 +26,7 @@
 //   invoke line is written, and `complete` is called after the whole answer has been read.
 
 import { Narad, NaradClientError, NaradGoneError, type Message } from "../../client/index.js";
-import { isErrorCode } from "../../protocol/errors.js";
+import { ERRORS, isErrorCode } from "../../protocol/errors.js";
 import { ackProcess, type CompletionType, type Credentials, type OpF } from "./protocol.js";
 import { deadLetterAck, idempotentProducer, originOf, type IdempotentProducer } from "./next-wave.js";
 
@@ -99,13 +99,23 @@ function errorText(e: unknown): string {
  */
 export function failureOutcome(e: unknown): Outcome {
   if (e instanceof NaradClientError && e.status !== undefined) {
-    if (e instanceof NaradGoneError) return { type: "info", value: { status: 410 }, status: 410 };
+    if (e instanceof NaradGoneError) return answerOutcome(410, e.code);
     // The SDK names a codeless answer `http_<status>`: the node said nothing the table knows.
-    const named = e.code !== `http_${e.status}`;
-    const value: Record<string, unknown> = named ? { status: e.status, error: e.code } : { status: e.status };
-    return { type: e.definite && isErrorCode(e.code) ? "fail" : "info", value, status: e.status };
+    return answerOutcome(e.status, e.code !== `http_${e.status}` ? e.code : undefined);
   }
   return { type: "info", value: { error: errorText(e) }, status: null };
+}
+
+/**
+ * A refusal the node answered with `status` and error `code` (none when it gave no code), in
+ * history terms: `fail` when the error table calls the code definite, else `info`; a 410 is
+ * `info {status: 410}` whatever its code. Also each handle of an ack batch, from its own status
+ * and code (src/client/recording.ts of the client workload).
+ */
+export function answerOutcome(status: number, code: string | undefined): Outcome {
+  if (status === 410) return { type: "info", value: { status: 410 }, status: 410 };
+  if (code === undefined) return { type: "info", value: { status }, status };
+  return { type: isErrorCode(code) && ERRORS[code].definite ? "fail" : "info", value: { status, error: code }, status };
 }
 
 export interface LaneOptions {

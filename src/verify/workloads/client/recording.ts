@@ -17,7 +17,7 @@
 
 import { Narad, NaradGoneError, type ConsumeBatchOptions, type ConsumeOptions, type Message, type NaradOptions } from "../../../client/index.js";
 import type { AckStatus } from "../../../client/index.js";
-import { Lane, decodePayload, failureOutcome } from "../ops.js";
+import { Lane, answerOutcome, decodePayload, failureOutcome } from "../ops.js";
 import type { HistoryWriter } from "../../history/writer.js";
 
 /** Handles remembered for naming the message of an ack (a bounded map: the oldest go first). */
@@ -177,7 +177,11 @@ export class RecordingNarad extends Narad {
           this.#w.complete(p, "ok", { status: 204 });
           if (f !== "extend") this.#open.delete(receiptHandles[i]!);
         }
-        else this.#w.complete(p, "info", s === undefined ? { error: "no status for this handle" } : { status: s });
+        else if (s === undefined) this.#w.complete(p, "info", { error: "no status for this handle" });
+        else {
+          const out = answerOutcome(s, res[i]!.error);
+          this.#w.complete(p, out.type, out.value);
+        }
       });
       return res;
     } catch (e) {
