@@ -115,15 +115,23 @@ export class RecordingNarad extends Narad {
     const ps = Array.from({ length: n }, () => this.#take());
     const sentNs = this.#nowNs();
     for (const p of ps) this.#w.invoke(p, "consume", { topic });
+    return this.#many(ps, () => super.consumeBatch(topic, opts), (p, i, ms) => {
+      const m = ms[i];
+      const c = Lane.consumeAnswer(topic, m ?? null);
+      if (m !== undefined && c.delivery !== null) this.#remember(m, sentNs);
+      this.#w.complete(p, c.type, c.value);
+    });
+  }
+
+  /**
+   * One request that answers for the operations of processes `ps`: `each` completes each from the
+   * answer; a failure completes them all with its outcome. The processes are given back after.
+   */
+  async #many<T>(ps: string[], send: () => Promise<T>, each: (p: string, i: number, answer: T) => void): Promise<T> {
     try {
-      const ms = await super.consumeBatch(topic, opts);
-      ps.forEach((p, i) => {
-        const m = ms[i];
-        const c = Lane.consumeAnswer(topic, m ?? null);
-        if (m !== undefined && c.delivery !== null) this.#remember(m, sentNs);
-        this.#w.complete(p, c.type, c.value);
-      });
-      return ms;
+      const answer = await send();
+      ps.forEach((p, i) => each(p, i, answer));
+      return answer;
     } catch (e) {
       const out = failureOutcome(e);
       for (const p of ps) this.#w.complete(p, out.type, out.value);
@@ -169,27 +177,16 @@ export class RecordingNarad extends Narad {
       this.#w.invoke(p, f, { topic, msg: this.#msg(h), delivery: h });
       return p;
     });
-    try {
-      const res = await super.ackBatch(topic, receiptHandles, opts);
-      ps.forEach((p, i) => {
-        const s = res[i]?.status;
-        if (s === 204) {
-          this.#w.complete(p, "ok", { status: 204 });
-          if (f !== "extend") this.#open.delete(receiptHandles[i]!);
-        }
-        else if (s === undefined) this.#w.complete(p, "info", { error: "no status for this handle" });
-        else {
-          const out = answerOutcome(s, res[i]!.error);
-          this.#w.complete(p, out.type, out.value);
-        }
-      });
-      return res;
-    } catch (e) {
-      const out = failureOutcome(e);
-      for (const p of ps) this.#w.complete(p, out.type, out.value);
-      throw e;
-    } finally {
-      for (const p of ps.reverse()) this.#give(p);
-    }
+    return this.#many(ps, () => super.ackBatch(topic, receiptHandles, opts), (p, i, res) => {
+      const s = res[i]?.status;
+      if (s === 204) {
+        this.#w.complete(p, "ok", { status: 204 });
+        if (f !== "extend") this.#open.delete(receiptHandles[i]!);
+      } else if (s === undefined) this.#w.complete(p, "info", { error: "no status for this handle" });
+      else {
+        const out = answerOutcome(s, res[i]!.error);
+        this.#w.complete(p, out.type, out.value);
+      }
+    });
   }
 }
