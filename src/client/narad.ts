@@ -80,7 +80,6 @@ import type {
   MessageHeaders,
   ProduceMessage,
   ProduceOptions,
-  ProduceResult,
   Produced,
   ReplayPage,
   ReplayedMessage,
@@ -104,20 +103,15 @@ interface NodeJson {
 type Method = "GET" | "POST" | "PATCH" | "DELETE";
 
 import { IdempotentProducer, type IdempotentProducerOptions } from "./producer.js";
+import { autoExtendLoop, messagesLoop, processLoops, type AutoExtendOptions, type LoopOwn, type MessagesOptions, type ProcessOptions } from "./loops.js";
+
+export type { AutoExtendOptions, MessagesOptions, ProcessOptions } from "./loops.js";
 const REQUEST_TIMEOUT_MS_DEFAULT = 30_000;
 /** How long movePartition waits for the move's answer: a move copies the partition's files. */
 const MOVE_TIMEOUT_MS = 15 * 60_000;
 const CONNECTIONS_DEFAULT = 64;
 /** Cached per-topic paths and visibility timeouts; past this many topics the caches start over. */
 const TOPIC_CACHE_MAX = 1024;
-/** messages(): consecutive retryable consume failures before the iterator gives up and throws. */
-const MESSAGES_ERRORS_MAX_DEFAULT = 30;
-const RETRY_BACKOFF_MS_MIN = 100;
-const RETRY_BACKOFF_MS_MAX = 5_000;
-/** process(): most loops one call may run. */
-const PROCESS_CONCURRENCY_MAX = 1000;
-/** autoExtend(): never extend more often than this, whatever the visibility timeout. */
-const EXTEND_INTERVAL_MS_MIN = 5;
 
 /** A leased message. Settle it with ack(), extend() or nack() before the visibility timeout ends. */
 export class Message {
@@ -194,46 +188,6 @@ export interface ConsumeBatchOptions extends ConsumeOptions {
   encoding?: "binary" | "json";
 }
 
-export interface MessagesOptions {
-  /** Long poll of each consume; default 20 000 (the most the server allows). */
-  waitMs?: number;
-  /** Messages leased per request; 1 (default) uses single consumes, more uses consume batches. */
-  batch?: number;
-  /** Aborting ends the iteration quietly; leased messages not yet yielded are nacked. */
-  signal?: AbortSignal;
-  /** Consecutive retryable failures (429, 503, network) before the iterator throws. Default 30. */
-  maxConsecutiveErrors?: number;
-}
-
-export interface ProcessOptions {
-  /** Long poll of each consume; default 20 000 (the most the server allows). */
-  waitMs?: number;
-  /** Aborting ends the loop: the last handled message is acked, and process() resolves. */
-  signal?: AbortSignal;
-  /** Consecutive retryable failures (429, 503, network) before process() throws. Default 30. */
-  maxConsecutiveErrors?: number;
-  /**
-   * Messages handled at once (1..1000), each by its own loop of one request a message. Default 1.
-   * The first loop that fails ends the others; process() then rejects with its error.
-   */
-  concurrency?: number;
-  /**
-   * Told of a handler that threw (its message was nacked) and of an ack the server refused
-   * (NaradGoneError: the lease lapsed first, so the message may come back; or, when the poll the
-   * ack rode on failed and was retried, the first ack landed: a 410 does not say which).
-   * Without it, either ends the loop: process() rejects with that error. Told too, with `message` null, of each
-   * consume that failed and will be retried (the node unreachable, 429, 503): process() goes on
-   * retrying, but the caller sees a dead URL at once rather than after every retry is spent.
-   * A throw from onError ends the loop with that error.
-   */
-  onError?: (err: unknown, message: Message | null) => void | Promise<void>;
-}
-
-export interface AutoExtendOptions {
-  /** How often to extend; default a third of the topic's visibility timeout. */
-  intervalMs?: number;
-}
-
 export interface ReplayOptions {
   /** First offset wanted; below the earliest retained, the page starts at the earliest. Default 0. */
   offset?: number;
@@ -277,6 +231,8 @@ export class Narad {
   #closing = false;
   /** The consumer loops' fault seam (./faults.ts): NO_CLIENT_FAULTS unless the toolkit planted a bug. */
   #faults: ClientFaults = NO_CLIENT_FAULTS;
+  /** What the consume loops (./loops.ts) need of this client beyond its calls. */
+  readonly #own: LoopOwn = { faults: () => this.#faults, visibilityTimeoutMs: (topic) => this.#visibilityTimeoutMs(topic) };
 
   constructor(opts: NaradOptions) {
     const u = parseUrl(opts.url);
@@ -741,126 +697,23 @@ export class Narad {
    * or a definite error (404, 401, 403, 400) throws. Retryable failures (429, 503, network
    * errors, timeouts) are retried with backoff, up to `maxConsecutiveErrors` in a row. The caller
    * settles each message. Leaving the loop early (break, abort) nacks the messages of the current
-   * batch that were not yielded yet.
+   * batch that were not yielded yet. (./loops.ts)
    */
-  async *messages(topic: string, opts: MessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
-    const waitMs = opts.waitMs ?? LIMITS.waitMsMax;
-    const batch = Math.max(1, Math.min(opts.batch ?? 1, LIMITS.consumeBatchMax));
-    const errorsMax = opts.maxConsecutiveErrors ?? MESSAGES_ERRORS_MAX_DEFAULT;
-    const signal = opts.signal;
-    let pending: Message[] = [];
-    let next = 0;
-    let errors = 0;
-    try {
-      while (!signal?.aborted) {
-        try {
-          if (batch === 1) {
-            const m = await this.consume(topic, { waitMs, signal });
-            pending = m === null ? [] : [m];
-          } else {
-            pending = await this.consumeBatch(topic, { maxMessages: batch, waitMs, signal });
-          }
-          next = 0;
-          errors = 0;
-        } catch (err) {
-          if (signal?.aborted) return;
-          if (!isRetryable(err) || ++errors > errorsMax) throw err;
-          await sleep(backoffMs(errors, err), signal);
-          continue;
-        }
-        while (next < pending.length && !signal?.aborted) yield pending[next++]!;
-      }
-    } finally {
-      const rest = this.#faults.nackedOnExit(pending.slice(next));
-      pending = [];
-      if (rest.length > 0) {
-        // Best effort: if this fails the leases simply lapse after the visibility timeout.
-        await this.ackBatch(topic, rest.map((m) => m.receiptHandle), { extend: 0 }).catch(() => undefined);
-      }
-    }
+  messages(topic: string, opts: MessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
+    return messagesLoop(this, this.#own, topic, opts);
   }
 
   /**
    * Runs `handler` on each message of the topic, `concurrency` at a time (default 1), until
    * `signal` aborts. A message whose handler resolves is acked by the next consume (`ack` of
    * consume(): one request a message); one whose handler throws is nacked, so it is available
-   * again at once. Handlers
-   * should finish within the topic's visibility timeout (slower ones: messages() and
-   * autoExtend()). Retryable failures are retried with backoff as in messages(); a definite error
-   * (404, 401, 403, 400) rejects. See `onError` for handler failures and refused acks. Resolves
-   * once aborted, after acking the last handled message.
+   * again at once. Handlers should finish within the topic's visibility timeout (slower ones:
+   * messages() and autoExtend()). Retryable failures are retried with backoff as in messages();
+   * a definite error (404, 401, 403, 400) rejects. See `onError` for handler failures and refused
+   * acks. Resolves once aborted, after acking the last handled message. (./loops.ts)
    */
-  async process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
-    const concurrency = Math.floor(opts.concurrency ?? 1);
-    if (!(concurrency >= 1 && concurrency <= PROCESS_CONCURRENCY_MAX)) throw new RangeError(`concurrency must be 1..${PROCESS_CONCURRENCY_MAX}`);
-    // `concurrency` loops, each one message at a time; the first to fail ends the others. Each
-    // loop has a signal of its own: one shared by all gathered an abort listener per pooled
-    // request and sleep, past Node's 10 (MaxListenersExceededWarning at concurrency 8).
-    const controllers = Array.from({ length: concurrency }, () => new AbortController());
-    const stopAll = (reason: unknown) => {
-      for (const c of controllers) c.abort(reason);
-    };
-    const onAbort = () => stopAll(opts.signal?.reason);
-    if (opts.signal?.aborted) onAbort();
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    try {
-      const loops = controllers.map((c) =>
-        this.#processLoop(topic, handler, opts, c.signal).catch((err: unknown) => {
-          stopAll(err);
-          throw err;
-        }),
-      );
-      const results = await Promise.allSettled(loops);
-      const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
-      if (failed !== undefined) throw failed.reason;
-    } finally {
-      opts.signal?.removeEventListener("abort", onAbort);
-    }
-  }
-
-  async #processLoop(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions, signal: AbortSignal): Promise<void> {
-    const waitMs = opts.waitMs ?? LIMITS.waitMsMax;
-    const errorsMax = opts.maxConsecutiveErrors ?? MESSAGES_ERRORS_MAX_DEFAULT;
-    const fail = async (err: unknown, m: Message) => {
-      if (opts.onError === undefined) throw err;
-      await opts.onError(err, m);
-    };
-    let done: Message | undefined; // handled, not yet acked
-    let errors = 0;
-    try {
-      while (!signal.aborted) {
-        let m: Message | null;
-        try {
-          m = await this.consume(topic, { waitMs, signal, ack: done?.receiptHandle });
-          done = undefined;
-          errors = 0;
-        } catch (err) {
-          if (signal.aborted) return;
-          if (done !== undefined && isRefusedAck(err)) {
-            const m = done;
-            done = undefined;
-            await fail(err, m);
-            continue;
-          }
-          if (!isRetryable(err) || ++errors > errorsMax) throw err;
-          await opts.onError?.(err, null);
-          if (!this.#faults.keepsPolling(err)) return await sleep(2 ** 31 - 1, signal);
-          await sleep(backoffMs(errors, err), signal);
-          continue;
-        }
-        if (m === null) continue;
-        try {
-          await handler(m, signal);
-          done = m;
-        } catch (err) {
-          if (this.#faults.nacksFailedMessage()) await m.nack().catch(() => undefined); // if this fails the lease lapses on its own
-          await fail(err, m);
-        }
-      }
-    } finally {
-      // Best effort: after an aborted consume the ack may have landed already (then this is a 410).
-      if (done !== undefined) await this.ack(topic, done.receiptHandle).catch(() => undefined);
-    }
+  process(topic: string, handler: (message: Message, signal: AbortSignal) => Promise<void> | void, opts: ProcessOptions = {}): Promise<void> {
+    return processLoops(this, this.#own, topic, handler, opts);
   }
 
   /**
@@ -872,73 +725,10 @@ export class Narad {
    * If the lease is lost (an extend answered 410, or no extend succeeded for a whole visibility
    * timeout) the `signal` given to the handler aborts with the reason: another consumer may get
    * the message, so the handler should stop. The final ack then throws NaradGoneError as well.
-   * Resolves with the handler's result.
+   * Resolves with the handler's result. (./loops.ts)
    */
-  async autoExtend<T>(
-    message: Message,
-    handler: (message: Message, signal: AbortSignal) => Promise<T> | T,
-    opts: AutoExtendOptions = {},
-  ): Promise<T> {
-    const visibilityMs = await this.#visibilityTimeoutMs(message.topic);
-    const intervalMs = Math.max(EXTEND_INTERVAL_MS_MIN, opts.intervalMs ?? Math.floor(visibilityMs / 3));
-    const controller = new AbortController();
-    let stopped = false;
-    let timer: NodeJS.Timeout | undefined;
-    let inFlight: Promise<void> | undefined;
-    // The lease surely ends no later than visibilityMs after the last good extend's answer (or the
-    // delivery, which we approximate by now: the caller just got the message).
-    let leaseSureUntil = Date.now() + visibilityMs;
-    const schedule = () => {
-      if (!stopped) timer = setTimeout(tick, intervalMs);
-    };
-    const tick = () => {
-      timer = undefined;
-      if (stopped) return;
-      inFlight = this.extend(message.topic, message.receiptHandle).then(
-        () => {
-          leaseSureUntil = Date.now() + visibilityMs;
-          schedule();
-        },
-        (err: unknown) => {
-          if (stopped) return;
-          if (err instanceof NaradGoneError) {
-            stopped = true;
-            controller.abort(err);
-          } else if (Date.now() > leaseSureUntil) {
-            stopped = true;
-            controller.abort(
-              new NaradAmbiguousError(
-                "lease_expired",
-                `no extend succeeded within the visibility timeout (${visibilityMs} ms); the lease has likely lapsed`,
-                undefined,
-                err,
-              ),
-            );
-          } else {
-            schedule();
-          }
-        },
-      );
-    };
-    schedule();
-    let result: T;
-    try {
-      result = await handler(message, controller.signal);
-    } catch (err) {
-      await stop();
-      await message.nack().catch(() => undefined);
-      throw err;
-    }
-    await stop();
-    await message.ack();
-    return result;
-
-    async function stop(): Promise<void> {
-      stopped = true;
-      if (timer !== undefined) clearTimeout(timer);
-      // Let a running extend land first so it cannot race the ack and confuse the outcome.
-      if (inFlight !== undefined) await inFlight;
-    }
+  autoExtend<T>(message: Message, handler: (message: Message, signal: AbortSignal) => Promise<T> | T, opts: AutoExtendOptions = {}): Promise<T> {
+    return autoExtendLoop(this, this.#own, message, handler, opts);
   }
 
   // ---------------------------------------------------------------- replay
@@ -1282,31 +1072,4 @@ async function readJsonOrNull(res: Dispatcher.ResponseData): Promise<unknown> {
   }
 }
 
-/** An ack the server refused: the handle is not the live lease, or not a handle of this topic. */
-function isRefusedAck(err: unknown): boolean {
-  return err instanceof NaradGoneError || (err instanceof NaradRequestError && err.code === "invalid_receipt_handle");
-}
 
-function isRetryable(err: unknown): err is NaradClientError {
-  if (err instanceof NaradConnectionError) return true;
-  if (err instanceof NaradAmbiguousError) return err.code !== "aborted";
-  return err instanceof NaradRequestError && err.retryable;
-}
-
-function backoffMs(attempt: number, err: NaradClientError): number {
-  if (err instanceof NaradRequestError && err.retryAfterS !== undefined) return Math.min(err.retryAfterS * 1000, RETRY_BACKOFF_MS_MAX * 4);
-  return Math.min(RETRY_BACKOFF_MS_MIN * 2 ** (attempt - 1), RETRY_BACKOFF_MS_MAX);
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
