@@ -77,12 +77,15 @@ export class Interner {
 
   /** `expected`: a guess of how many names it will hold, to skip rehashing on the way. */
   constructor(expected = 512) {
+    // A whole number of names: a fractional guess (the Collector divides its own) would give
+    // `keys` an odd length, which the growth test below never meets.
+    const names = Math.max(1024, Math.ceil(expected));
     let slots = 1024;
-    while (slots < expected * 2) slots *= 2;
+    while (slots < names * 2) slots *= 2;
     this.slots = new Int32Array(slots * 2).fill(-1);
     this.mask = slots - 1;
-    this.keys = new Int32Array(Math.max(1024, expected) * 2);
-    this.arena = Buffer.alloc(Math.max(1 << 16, expected * 8));
+    this.keys = new Int32Array(names * 2);
+    this.arena = Buffer.alloc(Math.max(1 << 16, names * 8));
   }
 
   /** The id of a name, adding it if new. */
@@ -144,7 +147,7 @@ export class Interner {
 
   private insert(buf: Uint8Array, start: number, len: number, hash: number, known: string | undefined): number {
     const k = this.size;
-    if (2 * k === this.keys.length) {
+    if (2 * k >= this.keys.length) {
       const keys = new Int32Array(this.keys.length * 2);
       keys.set(this.keys);
       this.keys = keys;
@@ -375,8 +378,8 @@ export class Collector {
   constructor(opsCapacity = 1024) {
     this.ops = new OpTable(opsCapacity);
     // In a typical run about one operation in three is a delivery and one in eight a produce.
-    this.deliveries = new Interner(opsCapacity / 3);
-    this.msgs = new Interner(opsCapacity / 8);
+    this.deliveries = new Interner(Math.ceil(opsCapacity / 3));
+    this.msgs = new Interner(Math.ceil(opsCapacity / 8));
   }
 
   add(ev: HistoryEvent): void {
