@@ -20,7 +20,12 @@
 //     operations), and hand-built failover bounds;
 //   - the same text laid out differently (keys reordered and spaced, strings escaped), which
 //     takes the reader's other paths and must judge alike;
-//   - the bench's 1 000 000-line and 900 000-line histories.
+//   - the bench's 1 000 000-line and 900 000-line histories;
+//   - histories in the recorder's layout shaped like real runs (real-shapes.ts): a replicated
+//     three-node run with keyed produces, owners' boots, a kill and a cut; idempotent producers
+//     with re-sends; dead letters with origins; each correct and with one anomaly, long enough
+//     that their messages outnumber the Collector's first guess (what the simulation never
+//     reached, and where the faster checker once lost message ids); and a stream-model run.
 
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -28,12 +33,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BENCH_SHAPE } from "./checker-bench.js";
 import { check, checkEvents, checkText } from "../src/verify/checker/check.js";
+import { clusterRun, deadLetterRun, paddedToOddGuesses, streamRun } from "../src/verify/checker/real-shapes.js";
+import { checkStream, checkStreamText } from "../src/verify/checker/stream/index.js";
 import { HistoryBuilder } from "../src/verify/checker/history-builder.js";
 import { simulateToFile, simulateWithStats, type SimBug, type SimOptions } from "../src/verify/checker/simulate.js";
 import type { Report } from "../src/verify/checker/types.js";
 import { renderHtml } from "../src/verify/report/html.js";
 import { renderJson } from "../src/verify/report/json.js";
 import { formatSummary } from "../src/verify/report/terminal.js";
+import { formatStreamSummary, renderStreamHtml, renderStreamJson } from "../src/verify/report/stream.js";
 
 type Line = Record<string, unknown> & { value: Record<string, unknown> };
 
@@ -42,6 +50,8 @@ interface Case {
   /** The history's text, or a function writing a large one to a file. */
   text?: string;
   write?: (path: string) => Promise<unknown>;
+  /** A stream-model history (the stream checker judges it). */
+  stream?: boolean;
 }
 
 const SMALL: Partial<SimOptions> = { durationMs: 400, producers: 2, consumers: 3, faultEveryMs: 150, visibilityTimeoutMs: 80 };
@@ -196,6 +206,25 @@ function cases(quick: boolean): Case[] {
     }
   }
   out.push(...failoverCases());
+  const real: Array<[string, string]> = [
+    ["real-cluster", clusterRun({ messages: 4000 }).text],
+    ["real-cluster-lost", clusterRun({ messages: 4000, dropDelivery: 3217 }).text],
+    ["real-idempotent", clusterRun({ messages: 3000, idempotent: true }).text],
+    ["real-idempotent-stored-twice", clusterRun({ messages: 3000, idempotent: true, storeTwice: 2500 }).text],
+    ["real-dead-letters", deadLetterRun(3000)],
+    ["real-dead-letters-early", deadLetterRun(3000, 2801)],
+  ];
+  for (const [name, t] of real) {
+    const padded = paddedToOddGuesses(t);
+    out.push({ name, text: padded });
+    const lines = padded
+      .split("\n")
+      .filter((l) => l.length > 0)
+      .map((l) => JSON.parse(l) as Line);
+    out.push({ name: `${name}-respaced`, text: respaced(lines) });
+    out.push({ name: `${name}-escaped`, text: escaped(lines) });
+  }
+  out.push({ name: "real-stream", text: streamRun(5000, 3333), stream: true });
   if (!quick) {
     out.push({ name: "bench-1m", write: (p) => simulateToFile({ seed: 1, ...BENCH_SHAPE, mainPhaseEventsMax: 1_000_000 }, p) });
     out.push({ name: "bench-900k", write: (p) => simulateToFile({ seed: 1, ...BENCH_SHAPE, mainPhaseEventsMax: 896_600 }, p) });
@@ -205,9 +234,19 @@ function cases(quick: boolean): Case[] {
 
 const sha = (s: string): string => createHash("sha256").update(s).digest("hex");
 
+/** A stream report's JSON, summary and HTML hash. */
+function streamOutputs(r: Awaited<ReturnType<typeof checkStream>>): string {
+  return `${renderStreamJson(r)}\n--- summary\n${formatStreamSummary(r)}\n--- html ${sha(renderStreamHtml(r))}\n`;
+}
+
 /** What is kept of one report: the JSON, the summary, and the HTML's hash. */
 function outputs(r: Report): string {
   return `${renderJson(r)}\n--- summary\n${formatSummary(r)}\n--- html ${sha(renderHtml(r))}\n`;
+}
+
+/** An in-memory path's outputs beside the file reader's: named outright when they differ, so one run shows it. */
+function besideFile(label: string, other: string, fileOut: string): string {
+  return `--- ${label} ${other === fileOut ? "same as the file reader's" : `DIFFERS from the file reader's: ${sha(other)}`}\n`;
 }
 
 async function judgeCase(c: Case, dir: string): Promise<string> {
@@ -216,12 +255,16 @@ async function judgeCase(c: Case, dir: string): Promise<string> {
   else await writeFile(path, c.text!);
   let out: string;
   try {
-    out = outputs(await check(path));
+    out = c.stream === true ? streamOutputs(await checkStream(path)) : outputs(await check(path));
   } catch (e) {
     out = `error: ${(e as Error).name}: ${(e as Error).message}\n`;
   }
-  // The in-memory paths, for the histories small enough to hold as objects.
-  if (c.text !== undefined) {
+  const fileOut = out;
+  if (c.stream === true) {
+    const other = streamOutputs(checkStreamText(c.text!));
+    out += besideFile("checkStreamText", other, fileOut);
+  } else if (c.text !== undefined) {
+    // The in-memory paths, for the histories small enough to hold as objects.
     for (const [label, run] of [
       ["checkText", () => checkText(c.text!)],
       ["checkEvents", () => checkEvents(c.text!.split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l)))],
@@ -232,7 +275,7 @@ async function judgeCase(c: Case, dir: string): Promise<string> {
       } catch (e) {
         other = `error: ${(e as Error).name}: ${(e as Error).message}\n`;
       }
-      out += `--- ${label} ${sha(other)}\n`;
+      out += besideFile(label, other, fileOut);
     }
   }
   await rm(path, { force: true });
