@@ -516,9 +516,10 @@ async function main(): Promise<void> {
 
     if (want("checker")) {
       try {
-        const mod = (await import(["./checker-bench", "js"].join("."))) as { benchChecker: (events: number, seed: number, rounds: number) => Promise<{ events: number; seconds: number; eventsPerSecond: number; rssMiB: number }> };
-        const r = await mod.benchChecker(1_000_000, 1, ROUNDS);
-        row("checker on a 1 000 000-event history (events/s)", fmt(r.eventsPerSecond), `${r.seconds.toFixed(2)} s, ${r.rssMiB.toFixed(0)} MiB RSS`, r.eventsPerSecond / 500_000, ">= 500 000 events/s (ratio to goal)");
+        const mod = (await import(["./checker-bench", "js"].join("."))) as { benchChecker: (events: number, seed: number, rounds: number) => Promise<import("./checker-bench.js").CheckerBenchResult> };
+        const r = await mod.benchChecker(896_600, 1, ROUNDS);
+        row(`checker, whole process, ${r.events.toLocaleString("en-US")}-line history (events/s)`, fmt(r.processEventsPerSecond), `${r.processSeconds.toFixed(2)} s wall, ${r.processCpuSeconds.toFixed(2)} s CPU = ${fmt(r.processEventsPerCpuSecond)} events per CPU second, ${r.processRssMiB} MiB peak RSS`, r.processEventsPerSecond / 800_000, ">= 800 000 events/s (ratio to goal)");
+        row("checker, in process (events/s)", fmt(r.eventsPerSecond), `${r.seconds.toFixed(2)} s, ${r.rssMiB.toFixed(0)} MiB RSS`, r.eventsPerSecond / 800_000, ">= 800 000 events/s (ratio to goal)");
       } catch (e) {
         process.stdout.write(`  checker: not measured (${(e as Error).message})\n`);
       }

@@ -11,7 +11,9 @@
 
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { open } from "node:fs/promises";
-import { Narad, NaradClientError, NaradConnectionError } from "../client/index.js";
+// The client (and undici under it) loads when a client command runs, not for every command.
+import type { Narad } from "../client/index.js";
+import { NaradClientError, NaradConnectionError } from "../client/errors.js";
 import { DEFAULTS, LIMITS } from "../protocol/wire.js";
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, ambiguous: 3, unreachable: 4 } as const;
@@ -85,6 +87,7 @@ export function clientAction<A extends unknown[]>(
     const args = commanderArgs.slice(0, -2) as A;
     let client: Narad | undefined;
     try {
+      const { Narad } = await import("../client/index.js");
       try {
         client = new Narad({ url: opts.url, user: opts.user, password: opts.password });
       } catch (err) {

@@ -45,11 +45,17 @@ export const OUTCOME_NAMES = ["open", "ok", "fail", "info"] as const;
 const FNV_OFFSET = 0x811c9dc5 | 0;
 const FNV_PRIME = 0x01000193;
 
-/** FNV-1a over bytes: the hash the interner and the fast scanner agree on. */
+/**
+ * FNV-1a's hashes are cut to 30 bits, so that they are small integers to V8: a 32-bit one is a
+ * heap number, an allocation each time one is passed or kept.
+ */
+export const HASH_MASK = 0x3fffffff;
+
+/** FNV-1a over bytes (cut by HASH_MASK): the hash the interner and the fast scanner agree on. */
 export function fnv1a(buf: Uint8Array, start: number, end: number): number {
   let h = FNV_OFFSET;
   for (let i = start; i < end; i++) h = Math.imul(h ^ buf[i]!, FNV_PRIME);
-  return h;
+  return h & HASH_MASK;
 }
 
 /**
@@ -58,28 +64,28 @@ export function fnv1a(buf: Uint8Array, start: number, end: number): number {
  * and no Map; the JS string of a name is made only when someone asks for it.
  */
 export class Interner {
+  /** Open addressing, two ints a slot: the id (-1: empty) and its hash, so a probe that misses reads nothing else. */
   private slots: Int32Array<ArrayBuffer>;
   private mask: number;
   private arena: Buffer;
   private arenaLen = 0;
-  private keyOff: Int32Array<ArrayBuffer>;
-  private keyLen: Int32Array<ArrayBuffer>;
-  private keyHash: Int32Array<ArrayBuffer>;
+  /** Per id: its bytes' offset in the arena and their length, side by side. */
+  private keys: Int32Array<ArrayBuffer>;
   private readonly strings: Array<string | undefined> = [];
   private scratch = Buffer.alloc(256);
   size = 0;
 
   /** `expected`: a guess of how many names it will hold, to skip rehashing on the way. */
   constructor(expected = 512) {
+    // A whole number of names: a fractional guess (the Collector divides its own) would give
+    // `keys` an odd length, which the growth test below never meets.
+    const names = Math.max(1024, Math.ceil(expected));
     let slots = 1024;
-    while (slots < expected * 2) slots *= 2;
-    this.slots = new Int32Array(slots).fill(-1);
+    while (slots < names * 2) slots *= 2;
+    this.slots = new Int32Array(slots * 2).fill(-1);
     this.mask = slots - 1;
-    const keys = Math.max(1024, expected);
-    this.keyOff = new Int32Array(keys);
-    this.keyLen = new Int32Array(keys);
-    this.keyHash = new Int32Array(keys);
-    this.arena = Buffer.alloc(Math.max(1 << 16, expected * 8));
+    this.keys = new Int32Array(names * 2);
+    this.arena = Buffer.alloc(Math.max(1 << 16, names * 8));
   }
 
   /** The id of a name, adding it if new. */
@@ -108,7 +114,8 @@ export class Interner {
   name(id: number): string {
     let s = this.strings[id];
     if (s === undefined) {
-      s = this.arena.toString("utf8", this.keyOff[id]!, this.keyOff[id]! + this.keyLen[id]!);
+      const off = this.keys[2 * id]!;
+      s = this.arena.toString("utf8", off, off + this.keys[2 * id + 1]!);
       this.strings[id] = s;
     }
     return s;
@@ -123,13 +130,13 @@ export class Interner {
     const len = end - start;
     const slots = this.slots;
     const mask = this.mask;
-    const arena = this.arena;
     let i = hash & mask;
     for (;;) {
-      const k = slots[i]!;
+      const k = slots[2 * i]!;
       if (k < 0) return -1;
-      if (this.keyHash[k] === hash && this.keyLen[k] === len) {
-        const off = this.keyOff[k]!;
+      if (slots[2 * i + 1] === hash && this.keys[2 * k + 1] === len) {
+        const arena = this.arena;
+        const off = this.keys[2 * k]!;
         let j = 0;
         while (j < len && arena[off + j] === buf[start + j]) j++;
         if (j === len) return k;
@@ -140,16 +147,10 @@ export class Interner {
 
   private insert(buf: Uint8Array, start: number, len: number, hash: number, known: string | undefined): number {
     const k = this.size;
-    if (k === this.keyOff.length) {
-      const n = k * 2;
-      const grow = (a: Int32Array<ArrayBuffer>): Int32Array<ArrayBuffer> => {
-        const b = new Int32Array(n);
-        b.set(a);
-        return b;
-      };
-      this.keyOff = grow(this.keyOff);
-      this.keyLen = grow(this.keyLen);
-      this.keyHash = grow(this.keyHash);
+    if (2 * k >= this.keys.length) {
+      const keys = new Int32Array(this.keys.length * 2);
+      keys.set(this.keys);
+      this.keys = keys;
     }
     if (this.arenaLen + len > this.arena.length) {
       const a = Buffer.alloc(Math.max(this.arena.length * 2, this.arenaLen + len));
@@ -160,26 +161,27 @@ export class Interner {
     const off = this.arenaLen;
     for (let j = 0; j < len; j++) arena[off + j] = buf[start + j]!;
     this.arenaLen += len;
-    this.keyOff[k] = off;
-    this.keyLen[k] = len;
-    this.keyHash[k] = hash;
+    this.keys[2 * k] = off;
+    this.keys[2 * k + 1] = len;
     this.strings.push(known);
     this.size++;
-    if (this.size * 2 > this.slots.length) this.rehash();
-    else this.place(k);
+    if (this.size * 2 > this.mask + 1) this.rehash();
+    this.place(k, hash);
     return k;
   }
 
-  private place(k: number): void {
-    let i = this.keyHash[k]! & this.mask;
-    while (this.slots[i]! >= 0) i = (i + 1) & this.mask;
-    this.slots[i] = k;
+  private place(k: number, hash: number): void {
+    let i = hash & this.mask;
+    while (this.slots[2 * i]! >= 0) i = (i + 1) & this.mask;
+    this.slots[2 * i] = k;
+    this.slots[2 * i + 1] = hash;
   }
 
   private rehash(): void {
-    this.slots = new Int32Array(this.slots.length * 2).fill(-1);
-    this.mask = this.slots.length - 1;
-    for (let k = 0; k < this.size; k++) this.place(k);
+    const old = this.slots;
+    this.slots = new Int32Array(old.length * 2).fill(-1);
+    this.mask = old.length - 1;
+    for (let i = 0; i < old.length; i += 2) if (old[i]! >= 0) this.place(old[i]!, old[i + 1]!);
   }
 }
 
@@ -221,31 +223,38 @@ export class OpTable {
     this.status = new Int16Array(n);
     this.producer = new Int32Array(n);
     this.sequence = new Float64Array(n);
+    this.fillDefaults(0);
+  }
+
+  /**
+   * Rows get their defaults when the columns are made (outcome O_OPEN and status 0 are the zeroes
+   * of a new array), so `add` writes only what every operation has.
+   */
+  private fillDefaults(from: number): void {
+    this.compNs.fill(Infinity, from);
+    this.topic.fill(-1, from);
+    this.msg.fill(-1, from);
+    this.delivery.fill(-1, from);
+    this.partition.fill(-1, from);
+    this.offset.fill(-1, from);
+    this.node.fill(-1, from);
+    this.producer.fill(-1, from);
+    this.sequence.fill(-1, from);
   }
 
   add(f: number, proc: number, invIdx: number, invNs: number): number {
     if (this.length === this.f.length) this.grow();
     const i = this.length++;
     this.f[i] = f;
-    this.outcome[i] = O_OPEN;
     this.proc[i] = proc;
     this.invIdx[i] = invIdx;
     this.invNs[i] = invNs;
-    this.compNs[i] = Infinity;
-    this.topic[i] = -1;
-    this.msg[i] = -1;
-    this.delivery[i] = -1;
-    this.partition[i] = -1;
-    this.offset[i] = -1;
-    this.node[i] = -1;
-    this.status[i] = 0;
-    this.producer[i] = -1;
-    this.sequence[i] = -1;
     return i;
   }
 
   private grow(): void {
-    const n = this.f.length * 2;
+    const old = this.f.length;
+    const n = old * 2;
     const g = <T extends Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer> | Int16Array<ArrayBuffer>>(
       a: T,
       ctor: new (n: number) => T,
@@ -269,6 +278,7 @@ export class OpTable {
     this.status = g(this.status, Int16Array);
     this.producer = g(this.producer, Int32Array);
     this.sequence = g(this.sequence, Float64Array);
+    this.fillDefaults(old);
   }
 }
 
@@ -356,6 +366,8 @@ export class Collector {
   readonly producers = new Interner();
   readonly origins = new Map<number, OriginRec>();
   private pendingByProc: number[] = [];
+  /** bootTracks by node id, for the delivery path (a Map lookup per delivery adds up). */
+  private readonly trackOfNode: Array<BootTrack | undefined> = [];
   /** Fault rows to their index in `faults` (faults are few; no column for them). */
   private readonly faultOfOp = new Map<number, number>();
   private config: ConfigValue | null = null;
@@ -366,8 +378,8 @@ export class Collector {
   constructor(opsCapacity = 1024) {
     this.ops = new OpTable(opsCapacity);
     // In a typical run about one operation in three is a delivery and one in eight a produce.
-    this.deliveries = new Interner(opsCapacity / 3);
-    this.msgs = new Interner(opsCapacity / 8);
+    this.deliveries = new Interner(Math.ceil(opsCapacity / 3));
+    this.msgs = new Interner(Math.ceil(opsCapacity / 8));
   }
 
   add(ev: HistoryEvent): void {
@@ -551,10 +563,11 @@ export class Collector {
   }
 
   private reportBoot(node: number, boot: number, timeNs: number, op: number): void {
-    let track = this.bootTracks.get(node);
+    let track = this.trackOfNode[node];
     if (track === undefined) {
       track = { timesNs: [], boots: [], ops: [] };
       this.bootTracks.set(node, track);
+      this.trackOfNode[node] = track;
     }
     const n = track.boots.length;
     if (n > 0 && track.boots[n - 1] === boot) return;

@@ -30,9 +30,10 @@
 // message unseen), which is why "more than M" needs M completed deliveries before it, and "fewer
 // than M" allows for every ambiguous consume.
 
-import type { OpTable } from "./collect.js";
+import { F_ACK, F_CONSUME, F_DEAD_LETTER, F_EXTEND, F_NACK, O_FAIL, O_OK, type OpTable } from "./collect.js";
 import { lowerBound } from "./findings.js";
-import { forgetsAck, reachesRedelivery, K_ACK, type PairEnv, type PairOp } from "./pair.js";
+import { classifyIllegal, forgetsAck, reachesRedelivery, K_ACK, type PairEnv, type PairOp } from "./pair.js";
+import type { PairJudgement } from "./pair-judgement.js";
 
 /** Per pair on a topic with a dead-letter topic: whether and when it was dead-lettered. */
 export class DeadLetterState {
@@ -130,4 +131,218 @@ export function excessDelivery(ops: OpTable, deliveries: readonly number[], max:
     return [...before, dj];
   }
   return null;
+}
+
+// ---- the rules, on the pair PairJudgement is judging (its fields: the pair, its produce, its findings) ----
+
+/** duplicate-produce: an idempotent message stored at two places on its topic. */
+export function testDuplicateProduce(j: PairJudgement): void {
+  const at = j.index.storedAt(j.msg);
+  const two = duplicateStorage(at);
+  if (two === null) return;
+  const [a, b] = two;
+  const produces = j.index.repeatedProduces.get(j.msg) ?? [j.produce];
+  const ops = j.ops;
+  const p = j.produce;
+  j.duplicated[j.msg] = 1;
+  j.anomaly(
+    "duplicate-produce",
+    [...produces, at[a + 2]!, at[b + 2]!],
+    `every produce carried producer ${j.run.producers.name(ops.producer[p]!)} sequence ${ops.sequence[p]}, ` +
+      `yet it was stored at ${at[a]}/${at[a + 1]} and at ${at[b]}/${at[b + 1]}`,
+  );
+}
+
+/**
+ * A pair on a topic with a dead-letter topic, after its search and lost: deliveries beyond
+ * max_deliveries, its dead-letter state for the pair on the dead-letter path, and stranded
+ * unless it may have been moved.
+ */
+export function judgeDeadLetterSource(j: PairJudgement): void {
+  const ops = j.ops;
+  const rows = j.index.opRows;
+  const max = j.topology.maxDeliveries[j.topic]!;
+  const count = j.deliveries.length;
+  if (count > max) testExcessDeliveries(j, max);
+  let acked = false;
+  let deadOp = -1;
+  let deadOkOp = -1;
+  for (let k = j.opsFrom; k < j.opsTo; k++) {
+    const op = rows[k]!;
+    const o = ops.outcome[op]!;
+    if (o === O_FAIL) continue;
+    if (ops.f[op] === F_ACK) acked = true;
+    if (ops.f[op] !== F_DEAD_LETTER) continue;
+    if (deadOp < 0) deadOp = op;
+    if (o === O_OK && (deadOkOp < 0 || ops.compNs[op]! < ops.compNs[deadOkOp]!)) deadOkOp = op;
+  }
+  const p = j.pair;
+  const dead = j.dead;
+  if (deadOkOp >= 0) {
+    dead.dueNs[p] = ops.compNs[deadOkOp]!;
+    dead.fromNs[p] = ops.invNs[deadOp]!;
+    dead.op[p] = deadOkOp;
+  } else if (count >= max) {
+    // The M-th delivery began the last allowed lease; the move follows a lease's end.
+    dead.fromNs[p] = ops.invNs[j.deliveries[max - 1]!]!;
+    if (deadOp >= 0) dead.fromNs[p] = Math.min(dead.fromNs[p]!, ops.invNs[deadOp]!);
+    dead.op[p] = deadOp >= 0 ? deadOp : j.deliveries[count - 1]!;
+    if (!acked && deadOp < 0) dead.dueNs[p] = j.lastLeaseEnd().endsNs;
+  } else if (deadOp >= 0) {
+    dead.fromNs[p] = ops.invNs[deadOp]!;
+    dead.op[p] = deadOp;
+  }
+  // Settled by the move, for the silence measure, as an ack would have.
+  if (dead.dueNs[p]! < j.times.settleNs[p]!) j.times.settleNs[p] = dead.dueNs[p]!;
+  if (dead.fromNs[p]! < Infinity) return; // moved, or may have been: owed on the dead-letter path instead
+  if (deliveredOnDeadLetterPath(j)) return; // judged there (dead-lettered-early)
+  j.testStranded();
+}
+
+/** Whether the pair's message was delivered on the dead-letter topic of its path. */
+export function deliveredOnDeadLetterPath(j: PairJudgement): boolean {
+  const ops = j.ops;
+  const dlq = j.index.findPair(j.msg, j.topology.deadLetterOf[j.topic]!);
+  if (dlq < 0) return false;
+  for (let k = j.index.opsStart[dlq]!; k < j.index.opsStart[dlq + 1]!; k++) if (ops.f[j.index.opRows[k]!] === F_CONSUME) return true;
+  return false;
+}
+
+/**
+ * When delivery `d`'s lease may have ended: no earlier than a settle of it (any answer but a
+ * failure) began or its visibility timeout (less the slack) passed; surely by a nack's 204, or
+ * the timeout after it or its last extend.
+ */
+export function leaseEndOf(j: PairJudgement, d: number): LeaseEnd {
+  const ops = j.ops;
+  const rows = j.index.opRows;
+  const handle = ops.delivery[d]!;
+  const vt = j.visibilityTimeoutNs;
+  let earliestNs = ops.invNs[d]! + vt - j.slackNs;
+  let latestNs = ops.compNs[d]! + vt;
+  let nackNs = Infinity;
+  for (let k = j.opsFrom; k < j.opsTo; k++) {
+    const op = rows[k]!;
+    if (op === d || ops.delivery[op] !== handle || ops.outcome[op] === O_FAIL) continue;
+    const f = ops.f[op]!;
+    if (f === F_EXTEND) latestNs = Math.max(latestNs, ops.compNs[op]! + vt);
+    else if (f !== F_CONSUME) earliestNs = Math.min(earliestNs, ops.invNs[op]!);
+    if (f === F_NACK && ops.outcome[op] === O_OK) nackNs = Math.min(nackNs, ops.compNs[op]!);
+  }
+  return { earliestNs, latestNs: Math.min(latestNs, nackNs) };
+}
+
+/** delivered-after-dead-letter by count: a delivery beyond max_deliveries that no fault explains. */
+export function testExcessDeliveries(j: PairJudgement, max: number): void {
+  const t = j.topic;
+  const leaseEnd = (d: number): LeaseEnd => leaseEndOf(j, d);
+  const shown = excessDelivery(j.ops, j.deliveries, max, j.envEvidenced[t]!, leaseEnd);
+  if (shown === null) return;
+  if (j.anyUnevidenced && excessDelivery(j.ops, j.deliveries, max, j.envAll[t]!, leaseEnd) === null) {
+    j.unknownPair("explained-by-unevidenced-fault", shown, "delivered more than max_deliveries times; legal only if a fault that left no boot evidence happened");
+    return;
+  }
+  j.anomaly(
+    "delivered-after-dead-letter",
+    shown,
+    `delivered again after ${shown.length - 1} deliveries had completed (max_deliveries ${max}), and no fault that may forget a delivery count or the move explains it`,
+  );
+}
+
+/** A pair on a dead-letter path: owed once its source pair was dead-lettered. */
+export function judgeDeadLetterPath(j: PairJudgement): void {
+  const index = j.index;
+  const ops = j.ops;
+  const run = j.run;
+  j.dlqPath = true;
+  const src = index.sourceOf[j.pair]!;
+  const srcTopic = index.topicOf[src]!;
+  const max = j.topology.maxDeliveries[srcTopic]!;
+  const dead = j.dead;
+  const sure = dead.dueNs[src]! < Infinity;
+  const firstProduce = index.produceOf[j.msg]!;
+  // The move plays the produce: from its earliest possible moment to when it was surely due.
+  j.produce = dead.op[src]! >= 0 ? dead.op[src]! : firstProduce;
+  j.repeated = false;
+  j.produceOk = sure;
+  j.produceFailedAll = false;
+  // A delivery there no earlier than that passed dead-lettered-early only thanks to consumes
+  // that may have delivered the message unseen: the move may have come that early too.
+  let fromNs = dead.fromNs[src]! < Infinity ? dead.fromNs[src]! : ops.invNs[firstProduce]!;
+  for (const d of j.deliveries) fromNs = Math.min(fromNs, ops.invNs[d]!);
+  j.produceInvNs = fromNs;
+  j.produceCompOkNs = dead.dueNs[src]!;
+  j.produceSearchInvNs = j.produceInvNs;
+  j.produceSearchOk = sure;
+  j.produceSearchCompNs = sure ? dead.dueNs[src]! : Infinity;
+  j.delayNs = 0;
+  j.visibilityTimeoutNs = j.topology.visibilityTimeoutNs[j.topic]!;
+
+  const deadLetterInvNs: number[] = [];
+  const sourceDeliveries: number[] = [];
+  for (let k = index.opsStart[src]!; k < index.opsStart[src + 1]!; k++) {
+    const op = index.opRows[k]!;
+    if (ops.f[op] === F_CONSUME) sourceDeliveries.push(op);
+    else if (ops.f[op] === F_DEAD_LETTER && ops.outcome[op] !== O_FAIL) deadLetterInvNs.push(ops.invNs[op]!);
+  }
+  const sourceInvNs = sourceDeliveries.map((d) => ops.invNs[d]!);
+  for (const d of j.deliveries) {
+    const origin = run.origins.get(d);
+    if (deadLetterEarly(ops.compNs[d]!, max, origin?.deliveries ?? null, deadLetterInvNs, sourceInvNs, index.ambiguousConsumeNs[srcTopic]!)) {
+      const said = origin !== undefined ? `; its origin says ${origin.deliveries}` : "";
+      j.anomaly(
+        "dead-lettered-early",
+        [firstProduce, ...sourceDeliveries, d],
+        `on the dead-letter topic after ${sourceInvNs.filter((x) => x < ops.compNs[d]!).length} deliveries on ${run.topics.name(srcTopic)}` +
+          ` (max_deliveries ${max}${said}), with no dead-letter ack`,
+      );
+      return;
+    }
+  }
+  if (j.opsTo > j.opsFrom) {
+    if (j.deliveries.length >= 2 && j.groupCopies()) searchCopiesOnOwn(j);
+    else j.searchOrder();
+  }
+  j.recordTimes();
+  j.testLost();
+  j.testStranded();
+}
+
+/**
+ * Several copies on a dead-letter path (a crash between the copy and the settle of its source
+ * may leave one per move): each copy judged on its own, as a pair of its own.
+ */
+export function searchCopiesOnOwn(j: PairJudgement): void {
+  const t = j.topic;
+  const copySearch = j.copySearch;
+  const causes = j.copyCauses;
+  causes.length = 0;
+  let usedUnevidenced = false;
+  for (let c = 0; c < j.copyViews.length; c++) {
+    j.fillSearch(copySearch, c);
+    let st = copySearch.search(j.envEvidenced[t]!);
+    if (st === "illegal" && j.anyUnevidenced) {
+      const second = copySearch.search(j.envAll[t]!);
+      if (second === "legal") usedUnevidenced = true;
+      if (second !== "illegal") st = second;
+    }
+    j.stepsMostInOnePair = Math.max(j.stepsMostInOnePair, copySearch.steps);
+    if (st === "cap") {
+      j.capHits++;
+      j.unknownPair("search-cap", copySearch.snapshot().map((o) => o.op), `the search for a legal order passed ${j.stepsMax} steps`);
+      return;
+    }
+    if (st === "illegal") {
+      const local = copySearch.snapshot();
+      j.namedIllegal(local, classifyIllegal(local, j.envAll[t]!));
+      return;
+    }
+    for (let i = 1; i < copySearch.n; i++) {
+      const cause = copySearch.causeKind[i]!;
+      if (cause < 0) continue;
+      causes.push(copySearch.ops[i]!.op, cause, copySearch.causeFault[i]!, copySearch.causeSince[i]! >= 0 ? copySearch.ops[copySearch.causeSince[i]!]!.op : -1);
+    }
+  }
+  if (usedUnevidenced) j.unknownPair("explained-by-unevidenced-fault", j.deliveries, "legal only if a fault that left no boot evidence happened");
+  j.recordCauses(true);
 }

@@ -10,6 +10,7 @@
 import { F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_NAMES, F_PRODUCE, O_FAIL, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
 import type { FaultInfo } from "./faults.js";
 import { lowerBound } from "./findings.js";
+import { sortTimes } from "./sort.js";
 import type { Anomaly, CheckOptions, LagSummary, LatencySeries, OperationCounts, Series, Timeline } from "./types.js";
 
 export interface PairTimes {
@@ -55,23 +56,32 @@ function countAtMost(a: Float64Array, x: number): number {
   return lo;
 }
 
-export function buildMeasures(
-  run: RunData,
-  options: CheckOptions,
-  faults: readonly FaultInfo[],
-  pairs: PairTimes,
-  lagMs: Float32Array,
-  lagSince: Uint8Array,
-  anomalies: readonly Anomaly[],
-): Measures {
+/** What the pass over the operations gathers: counts, per-bucket series, lag samples, per-path delivery times. */
+interface OpPass {
+  counts: Int32Array;
+  consumeEmpty: number;
+  gone410: number;
+  produceTp: Float64Array;
+  deliverTp: Float64Array;
+  ackTp: Float64Array;
+  latSum: Float64Array;
+  latCount: Float64Array;
+  latMax: Float64Array;
+  lagSeries: Float64Array;
+  lagSamples: Float64Array;
+  lagN: number;
+  lagMax: number;
+  lagMaxOp: number;
+  delivered: Float64Array[];
+}
+
+/**
+ * The one pass over the operations, a function of its own: a loop this long in one large
+ * function runs unoptimised until V8 replaces it on the stack, which costs more than the loop.
+ */
+function passOverOps(run: RunData, buckets: number, bucketNs: number, lagMs: Float32Array): OpPass {
   const ops = run.ops;
   const n = ops.length;
-  const durationNs = Math.max(run.lastTimeNs, 1);
-  const bucketNs = niceBucketNs(durationNs, options.buckets ?? 200);
-  const buckets = Math.floor(durationNs / bucketNs) + 1;
-  const bucketOf = (ns: number): number => Math.min(buckets - 1, Math.floor(ns / bucketNs));
-
-  // ---- counts and series, in one pass over the operations ----
   const counts = new Int32Array(F_NAMES.length * 4);
   let consumeEmpty = 0;
   let gone410 = 0;
@@ -103,7 +113,7 @@ export function buildMeasures(
     if ((f === F_ACK || f === F_EXTEND || f === F_NACK) && ops.status[op] === 410) gone410++;
     if (o !== O_OK) continue;
     const comp = ops.compNs[op]!;
-    const b = bucketOf(comp);
+    const b = Math.min(buckets - 1, Math.floor(comp / bucketNs));
     let li = -1;
     if (f === F_PRODUCE) {
       produceTp[b]!++;
@@ -142,6 +152,33 @@ export function buildMeasures(
       if (latencyMs > latMax[k]!) latMax[k] = latencyMs;
     }
   }
+  return { counts, consumeEmpty, gone410, produceTp, deliverTp, ackTp, latSum, latCount, latMax, lagSeries, lagSamples, lagN, lagMax, lagMaxOp, delivered };
+}
+
+export function buildMeasures(
+  run: RunData,
+  options: CheckOptions,
+  faults: readonly FaultInfo[],
+  pairs: PairTimes,
+  lagMs: Float32Array,
+  lagSince: Uint8Array,
+  anomalies: readonly Anomaly[],
+): Measures {
+  const ops = run.ops;
+  const n = ops.length;
+  const durationNs = Math.max(run.lastTimeNs, 1);
+  const bucketNs = niceBucketNs(durationNs, options.buckets ?? 200);
+  const buckets = Math.floor(durationNs / bucketNs) + 1;
+  const bucketOf = (ns: number): number => Math.min(buckets - 1, Math.floor(ns / bucketNs));
+
+  // ---- counts and series, in one pass over the operations ----
+  const { counts, consumeEmpty, gone410, produceTp, deliverTp, ackTp, latSum, latCount, latMax, lagSeries, lagSamples, lagN, lagMax, lagMaxOp, delivered } = passOverOps(
+    run,
+    buckets,
+    bucketNs,
+    lagMs,
+  );
+  const nTopics = run.topics.size;
   const operationCounts: Record<string, OperationCounts> = {};
   for (let f = 1; f < F_NAMES.length; f++) {
     const open = counts[f * 4 + O_OPEN]!;
@@ -174,7 +211,7 @@ export function buildMeasures(
   if (lagN === 0) {
     lag = { maxMs: null, msg: null, path: null, deliveryOp: null, since: null, p50Ms: null, p99Ms: null, samples: 0 };
   } else {
-    const sorted = lagSamples.subarray(0, lagN).sort();
+    const sorted = sortTimes(lagSamples.subarray(0, lagN));
     const q = (p: number): number => round3(sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!);
     const sinceNames = [null, "produce", "nack", "lapse", "fault"] as const;
     lag = {
@@ -209,9 +246,9 @@ export function buildMeasures(
     const s = pairs.settleNs[p]!;
     if (Number.isFinite(s)) settle[t]![settleCount[t]!++] = Math.max(a, s);
   }
-  for (const a of avail) a.sort();
-  for (const a of settle) a.sort();
-  for (const a of delivered) a.sort();
+  for (const a of avail) sortTimes(a);
+  for (const a of settle) sortTimes(a);
+  for (const a of delivered) sortTimes(a);
   const silenceMs: Array<number | null> = faults.map((f) => {
     if (!DISRUPTING.has(f.kind) || !Number.isFinite(f.endNs)) return null;
     const t0 = f.endNs;
@@ -246,7 +283,6 @@ export function buildMeasures(
     const col = o === O_OK ? 0 : o === O_FAIL ? 1 : 2;
     cells[(r * 3 + col) * buckets + bucketOf(ops.invNs[op]!)]!++;
   }
-  const collator = new Intl.Collator("en", { numeric: true });
   const processes = shown
     .map((p, r) => ({
       process: run.processes.name(p),
@@ -254,7 +290,7 @@ export function buildMeasures(
       fail: Array.from(cells.subarray((r * 3 + 1) * buckets, (r * 3 + 2) * buckets)),
       info: Array.from(cells.subarray((r * 3 + 2) * buckets, (r * 3 + 3) * buckets)),
     }))
-    .sort((a, b) => collator.compare(a.process, b.process));
+    .sort(processOrder(shown.map((p) => run.processes.name(p))));
   const opAtIndex = (lineIndex: number): number => {
     let lo = 0;
     let hi = n;
@@ -291,6 +327,28 @@ export function buildMeasures(
   };
 
   return { operationCounts, consumeEmpty, gone410, lag, series, timeline, silenceMs };
+}
+
+/** A process name of lowercase letters and a number (c12, p3, nemesis), split. */
+const SIMPLE_NAME = /^([a-z]+)(0|[1-9][0-9]{0,14})?$/;
+
+/**
+ * The timeline's order of processes: natural order (c2 before c10), as Intl.Collator("en",
+ * { numeric: true }) has it. Making that collator costs more than the rest of the timeline, so
+ * when every name is lowercase letters and a number, the same order is computed by hand: the
+ * letters alphabetically (a shorter prefix first), then the number (none first).
+ */
+function processOrder(names: readonly string[]): (a: { process: string }, b: { process: string }) => number {
+  if (!names.every((n) => SIMPLE_NAME.test(n))) {
+    const collator = new Intl.Collator("en", { numeric: true });
+    return (a, b) => collator.compare(a.process, b.process);
+  }
+  return (a, b) => {
+    const x = SIMPLE_NAME.exec(a.process)!;
+    const y = SIMPLE_NAME.exec(b.process)!;
+    if (x[1] !== y[1]) return x[1]! < y[1]! ? -1 : 1;
+    return (x[2] === undefined ? -1 : Number(x[2])) - (y[2] === undefined ? -1 : Number(y[2]));
+  };
 }
 
 function round3(v: number): number {

@@ -28,7 +28,7 @@
 //     (owed 2 in the index) is judged after it: `dead-lettered-early`, its order, `lost`.
 
 import { F_ACK, F_CONSUME, F_DEAD_LETTER, F_EXTEND, F_NACK, O_FAIL, O_INFO, O_OK, type RunData } from "./collect.js";
-import { DeadLetterState, deadLetterEarly, duplicateStorage, excessDelivery, type LeaseEnd } from "./dead-letter.js";
+import { DeadLetterState, deliveredOnDeadLetterPath, judgeDeadLetterPath, judgeDeadLetterSource, testDuplicateProduce } from "./dead-letter.js";
 import { FaultIndex, type FaultInfo } from "./faults.js";
 import { fmtMs, sortedUnique, type Findings } from "./findings.js";
 import type { PairTimes } from "./measures.js";
@@ -83,6 +83,10 @@ export class RedeliveryTally {
   }
 }
 
+/**
+ * Members without `private` are the pair being judged and the steps the next wave's rules
+ * (dead-letter.ts) read and call; nothing outside the two files touches them.
+ */
 export class PairJudgement {
   // ---- totals over every pair judged ----
   readonly pairs = { legal: 0, invalid: 0, unknown: 0 };
@@ -96,67 +100,67 @@ export class PairJudgement {
   readonly times: PairTimes;
 
   // ---- the run, read-only ----
-  private readonly run: RunData;
-  private readonly ops: RunData["ops"];
-  private readonly topology: Topology;
-  private readonly index: PairIndex;
+  readonly run: RunData;
+  readonly ops: RunData["ops"];
+  readonly topology: Topology;
+  readonly index: PairIndex;
   private readonly faults: readonly FaultInfo[];
   private readonly findings: Findings;
-  private readonly slackNs: number;
-  private readonly stepsMax: number;
+  readonly slackNs: number;
+  readonly stepsMax: number;
   private readonly listMax: number;
   private readonly ackFlushNs: number;
   private readonly ackSyncNs: number;
   /** Per path, the search environment with the evidenced faults and with every fault. */
-  private readonly envEvidenced: PairEnv[] = [];
-  private readonly envAll: PairEnv[] = [];
-  private readonly anyUnevidenced: boolean;
+  readonly envEvidenced: PairEnv[] = [];
+  readonly envAll: PairEnv[] = [];
+  readonly anyUnevidenced: boolean;
   /** Faults that may make a copier copy again, as the re-copy rule sees them: evidenced, and all. */
   private readonly recopyEvidenced: RecopyFault[];
   private readonly recopyAll: RecopyFault[];
 
   // ---- the pair being judged ----
-  private msg = -1;
-  private topic = -1;
-  private pair = -1;
+  msg = -1;
+  topic = -1;
+  pair = -1;
   /** Its operations are index.opRows[opsFrom .. opsTo). */
-  private opsFrom = 0;
-  private opsTo = 0;
+  opsFrom = 0;
+  opsTo = 0;
   private invalid = false;
   private unknown = false;
   /** Its deliveries, and those that completed before any produce of it began. */
-  private readonly deliveries: number[] = [];
+  readonly deliveries: number[] = [];
   private readonly early: number[] = [];
   /** The produce the search starts from, and what all the produces that owe the pair add up to. */
-  private produce = -1;
-  private repeated = false;
-  private produceOk = false;
-  private produceFailedAll = true;
-  private produceInvNs = Infinity;
-  private produceCompOkNs = Infinity;
+  produce = -1;
+  repeated = false;
+  produceOk = false;
+  produceFailedAll = true;
+  produceInvNs = Infinity;
+  produceCompOkNs = Infinity;
   /** The produce as the search sees it: one point between these (an idempotent message's re-sends count as one). */
-  private produceSearchInvNs = Infinity;
-  private produceSearchCompNs = Infinity;
-  private produceSearchOk = false;
+  produceSearchInvNs = Infinity;
+  produceSearchCompNs = Infinity;
+  produceSearchOk = false;
   /** The pair is on a dead-letter path (owed 2): its "produce" is the source pair's move. */
-  private dlqPath = false;
+  dlqPath = false;
   /** Per pair: its dead-letter state (dead-letter.ts), filled when the source pair is judged. */
-  private readonly dead: DeadLetterState;
+  readonly dead: DeadLetterState;
   /** Messages found stored twice (duplicate-produce): their pairs' search anomalies are not named again. */
-  private readonly duplicated: Uint8Array;
-  private delayNs = 0;
-  private visibilityTimeoutNs = 0;
+  readonly duplicated: Uint8Array;
+  delayNs = 0;
+  visibilityTimeoutNs = 0;
   private readonly search = new PairSearch();
 
   // ---- its copies (child paths): per copy its partition, offset and first delivery; per pair operation its copy (-1: none) ----
   private readonly copyPartition: number[] = [];
   private readonly copyOffset: number[] = [];
   private readonly copyFirstOp: number[] = [];
-  private readonly copyViews: CopyView[] = [];
+  readonly copyViews: CopyView[] = [];
   private readonly copyOfOp: number[] = [];
   /** Causes found by judgeCopies, four numbers each (delivery op, cause, fault, since op). */
-  private readonly copyCauses: number[] = [];
-  private readonly copySearch = new PairSearch();
+  readonly copyCauses: number[] = [];
+  readonly copySearch = new PairSearch();
   private copyStepsMax = 0;
 
   constructor(run: RunData, topology: Topology, index: PairIndex, faults: readonly FaultInfo[], findings: Findings, limits: JudgementLimits) {
@@ -226,12 +230,12 @@ export class PairJudgement {
       return;
     }
     if (this.index.owed[p] === 2) {
-      this.judgeDeadLetterPath();
+      judgeDeadLetterPath(this);
       this.tallyPair();
       return;
     }
     this.chooseProduce();
-    if (this.index.oneSequence[this.msg] && this.ops.topic[this.produce] === this.topic) this.testDuplicateProduce();
+    if (this.index.oneSequence[this.msg] && this.ops.topic[this.produce] === this.topic) testDuplicateProduce(this);
     if (this.findEarly()) {
       this.anomaly("unexpected", [...this.early, this.produce], `delivered before its produce began`);
     } else if (this.deliveries.length > 0 && this.produceFailedAll) {
@@ -248,7 +252,7 @@ export class PairJudgement {
     }
     this.recordTimes();
     this.testLost();
-    if (this.topology.deadLetterOf[this.topic]! >= 0) this.judgeDeadLetterSource();
+    if (this.topology.deadLetterOf[this.topic]! >= 0) judgeDeadLetterSource(this);
     else this.testStranded();
     this.tallyPair();
   }
@@ -279,12 +283,12 @@ export class PairJudgement {
 
   // ---- findings of this pair ----
 
-  private anomaly(name: AnomalyName, opRows: number[], explanation: string): void {
+  anomaly(name: AnomalyName, opRows: number[], explanation: string): void {
     this.invalid = true;
     this.findings.anomaly({ name, msg: this.run.msgs.name(this.msg), path: this.run.topics.name(this.topic), ops: this.opsList(opRows), explanation });
   }
 
-  private unknownPair(reason: UnknownReason, opRows: number[], explanation: string): void {
+  unknownPair(reason: UnknownReason, opRows: number[], explanation: string): void {
     this.unknown = true;
     this.findings.unknown({ reason, msg: this.run.msgs.name(this.msg), path: this.run.topics.name(this.topic), ops: this.opsList(opRows), explanation });
   }
@@ -400,7 +404,7 @@ export class PairJudgement {
 
   // ---- step 4: the order search ----
 
-  private searchOrder(): void {
+  searchOrder(): void {
     const ops = this.ops;
     const t = this.topic;
     const search = this.search;
@@ -463,7 +467,7 @@ export class PairJudgement {
   }
 
   /** The anomaly of an illegal order; a duplicate after a dead-letter op's 204 is named for what it is. */
-  private namedIllegal(local: PairOp[], c: ReturnType<typeof classifyIllegal>): void {
+  namedIllegal(local: PairOp[], c: ReturnType<typeof classifyIllegal>): void {
     const rows = c.local.map((i) => local[i]!.op);
     if (c.name === "duplicate-after-ack" && this.ops.f[rows[1]!] === F_DEAD_LETTER) {
       this.anomaly(
@@ -484,7 +488,7 @@ export class PairJudgement {
    * Fills `s` with the pair's search operations: the produce, then the pair's operations in invoke
    * order; with `copy` >= 0 only those of that copy (copyOfOp, from groupCopies).
    */
-  private fillSearch(s: PairSearch, copy: number): void {
+  fillSearch(s: PairSearch, copy: number): void {
     const ops = this.ops;
     const rows = this.index.opRows;
     s.reset();
@@ -519,7 +523,7 @@ export class PairJudgement {
   }
 
   /** Groups the pair's deliveries by (partition, offset): true when there are several copies to judge one by one. */
-  private groupCopies(): boolean {
+  groupCopies(): boolean {
     const ops = this.ops;
     const rows = this.index.opRows;
     const a0 = this.opsFrom;
@@ -624,7 +628,7 @@ export class PairJudgement {
   // ---- step 5: causes, explained duplicates and re-copies, lag ----
 
   /** Counts the cause and lag of each delivery of the legal order just found. */
-  private recordCauses(viaCopies: boolean): void {
+  recordCauses(viaCopies: boolean): void {
     if (viaCopies) {
       const causes = this.copyCauses;
       for (let i = 0; i < causes.length; i += 4) this.recordCause(causes[i]!, causes[i + 1]!, causes[i + 2]!, causes[i + 3]!);
@@ -685,7 +689,7 @@ export class PairJudgement {
   // ---- step 6: liveness against the final drain ----
 
   /** Settlement (the last 204: an ack a fault made the broker forget did not settle for good) and availability. */
-  private recordTimes(): void {
+  recordTimes(): void {
     const ops = this.ops;
     const rows = this.index.opRows;
     const settleNs = this.times.settleNs;
@@ -700,7 +704,7 @@ export class PairJudgement {
   }
 
   /** lost: owed, took effect, never delivered here after its produce began. */
-  private testLost(): void {
+  testLost(): void {
     const ops = this.ops;
     const t = this.topic;
     const firstDeliveryNs = this.index.firstDeliveryNs[this.msg]!;
@@ -710,7 +714,7 @@ export class PairJudgement {
     for (const d of this.deliveries) if (ops.compNs[d]! > this.produceInvNs) deliveredHere = true;
     // Delivered on its dead-letter topic: it was on this one (its deliveries here may all have
     // gone to consumes whose answers were lost), and moved.
-    if (!deliveredHere && !this.dlqPath && this.topology.deadLetterOf[t]! >= 0) deliveredHere = this.deliveredOnDeadLetterPath();
+    if (!deliveredHere && !this.dlqPath && this.topology.deadLetterOf[t]! >= 0) deliveredHere = deliveredOnDeadLetterPath(this);
     if (!tookEffect || deliveredHere) return;
     const produce = this.produce;
     const drain = this.index.drainOp[t]!;
@@ -737,7 +741,7 @@ export class PairJudgement {
   }
 
   /** stranded: delivered, never acked (204 or ambiguous) on any handle, and not delivered again. */
-  private testStranded(): void {
+  testStranded(): void {
     const ops = this.ops;
     const rows = this.index.opRows;
     const t = this.topic;
@@ -777,7 +781,7 @@ export class PairJudgement {
    * ambiguous) plus the visibility timeout, or the completion of a nack of it that answered 204;
    * with the operations that show it.
    */
-  private lastLeaseEnd(): { endsNs: number; shown: number[] } {
+  lastLeaseEnd(): { endsNs: number; shown: number[] } {
     const ops = this.ops;
     const rows = this.index.opRows;
     const vt = this.visibilityTimeoutNs;
@@ -801,219 +805,5 @@ export class PairJudgement {
     }
     if (nackNs < Infinity) endsNs = nackNs;
     return { endsNs, shown };
-  }
-
-  // ---- next wave: idempotent produces and dead letters (dead-letter.ts) ----
-
-  /** duplicate-produce: an idempotent message stored at two places on its topic. */
-  private testDuplicateProduce(): void {
-    const at = this.index.storedAt(this.msg);
-    const two = duplicateStorage(at);
-    if (two === null) return;
-    const [a, b] = two;
-    const produces = this.index.repeatedProduces.get(this.msg) ?? [this.produce];
-    const ops = this.ops;
-    const p = this.produce;
-    this.duplicated[this.msg] = 1;
-    this.anomaly(
-      "duplicate-produce",
-      [...produces, at[a + 2]!, at[b + 2]!],
-      `every produce carried producer ${this.run.producers.name(ops.producer[p]!)} sequence ${ops.sequence[p]}, ` +
-        `yet it was stored at ${at[a]}/${at[a + 1]} and at ${at[b]}/${at[b + 1]}`,
-    );
-  }
-
-  /**
-   * A pair on a topic with a dead-letter topic, after its search and lost: deliveries beyond
-   * max_deliveries, its dead-letter state for the pair on the dead-letter path, and stranded
-   * unless it may have been moved.
-   */
-  private judgeDeadLetterSource(): void {
-    const ops = this.ops;
-    const rows = this.index.opRows;
-    const max = this.topology.maxDeliveries[this.topic]!;
-    const count = this.deliveries.length;
-    if (count > max) this.testExcessDeliveries(max);
-    let acked = false;
-    let deadOp = -1;
-    let deadOkOp = -1;
-    for (let k = this.opsFrom; k < this.opsTo; k++) {
-      const op = rows[k]!;
-      const o = ops.outcome[op]!;
-      if (o === O_FAIL) continue;
-      if (ops.f[op] === F_ACK) acked = true;
-      if (ops.f[op] !== F_DEAD_LETTER) continue;
-      if (deadOp < 0) deadOp = op;
-      if (o === O_OK && (deadOkOp < 0 || ops.compNs[op]! < ops.compNs[deadOkOp]!)) deadOkOp = op;
-    }
-    const p = this.pair;
-    const dead = this.dead;
-    if (deadOkOp >= 0) {
-      dead.dueNs[p] = ops.compNs[deadOkOp]!;
-      dead.fromNs[p] = ops.invNs[deadOp]!;
-      dead.op[p] = deadOkOp;
-    } else if (count >= max) {
-      // The M-th delivery began the last allowed lease; the move follows a lease's end.
-      dead.fromNs[p] = ops.invNs[this.deliveries[max - 1]!]!;
-      if (deadOp >= 0) dead.fromNs[p] = Math.min(dead.fromNs[p]!, ops.invNs[deadOp]!);
-      dead.op[p] = deadOp >= 0 ? deadOp : this.deliveries[count - 1]!;
-      if (!acked && deadOp < 0) dead.dueNs[p] = this.lastLeaseEnd().endsNs;
-    } else if (deadOp >= 0) {
-      dead.fromNs[p] = ops.invNs[deadOp]!;
-      dead.op[p] = deadOp;
-    }
-    // Settled by the move, for the silence measure, as an ack would have.
-    if (dead.dueNs[p]! < this.times.settleNs[p]!) this.times.settleNs[p] = dead.dueNs[p]!;
-    if (dead.fromNs[p]! < Infinity) return; // moved, or may have been: owed on the dead-letter path instead
-    if (this.deliveredOnDeadLetterPath()) return; // judged there (dead-lettered-early)
-    this.testStranded();
-  }
-
-  /** Whether the pair's message was delivered on the dead-letter topic of its path. */
-  private deliveredOnDeadLetterPath(): boolean {
-    const ops = this.ops;
-    const dlq = this.index.findPair(this.msg, this.topology.deadLetterOf[this.topic]!);
-    if (dlq < 0) return false;
-    for (let k = this.index.opsStart[dlq]!; k < this.index.opsStart[dlq + 1]!; k++) if (ops.f[this.index.opRows[k]!] === F_CONSUME) return true;
-    return false;
-  }
-
-  /**
-   * When delivery `d`'s lease may have ended: no earlier than a settle of it (any answer but a
-   * failure) began or its visibility timeout (less the slack) passed; surely by a nack's 204, or
-   * the timeout after it or its last extend.
-   */
-  private leaseEndOf(d: number): LeaseEnd {
-    const ops = this.ops;
-    const rows = this.index.opRows;
-    const handle = ops.delivery[d]!;
-    const vt = this.visibilityTimeoutNs;
-    let earliestNs = ops.invNs[d]! + vt - this.slackNs;
-    let latestNs = ops.compNs[d]! + vt;
-    let nackNs = Infinity;
-    for (let k = this.opsFrom; k < this.opsTo; k++) {
-      const op = rows[k]!;
-      if (op === d || ops.delivery[op] !== handle || ops.outcome[op] === O_FAIL) continue;
-      const f = ops.f[op]!;
-      if (f === F_EXTEND) latestNs = Math.max(latestNs, ops.compNs[op]! + vt);
-      else if (f !== F_CONSUME) earliestNs = Math.min(earliestNs, ops.invNs[op]!);
-      if (f === F_NACK && ops.outcome[op] === O_OK) nackNs = Math.min(nackNs, ops.compNs[op]!);
-    }
-    return { earliestNs, latestNs: Math.min(latestNs, nackNs) };
-  }
-
-  /** delivered-after-dead-letter by count: a delivery beyond max_deliveries that no fault explains. */
-  private testExcessDeliveries(max: number): void {
-    const t = this.topic;
-    const leaseEnd = (d: number): LeaseEnd => this.leaseEndOf(d);
-    const shown = excessDelivery(this.ops, this.deliveries, max, this.envEvidenced[t]!, leaseEnd);
-    if (shown === null) return;
-    if (this.anyUnevidenced && excessDelivery(this.ops, this.deliveries, max, this.envAll[t]!, leaseEnd) === null) {
-      this.unknownPair("explained-by-unevidenced-fault", shown, "delivered more than max_deliveries times; legal only if a fault that left no boot evidence happened");
-      return;
-    }
-    this.anomaly(
-      "delivered-after-dead-letter",
-      shown,
-      `delivered again after ${shown.length - 1} deliveries had completed (max_deliveries ${max}), and no fault that may forget a delivery count or the move explains it`,
-    );
-  }
-
-  /** A pair on a dead-letter path: owed once its source pair was dead-lettered. */
-  private judgeDeadLetterPath(): void {
-    const index = this.index;
-    const ops = this.ops;
-    const run = this.run;
-    this.dlqPath = true;
-    const src = index.sourceOf[this.pair]!;
-    const srcTopic = index.topicOf[src]!;
-    const max = this.topology.maxDeliveries[srcTopic]!;
-    const dead = this.dead;
-    const sure = dead.dueNs[src]! < Infinity;
-    const firstProduce = index.produceOf[this.msg]!;
-    // The move plays the produce: from its earliest possible moment to when it was surely due.
-    this.produce = dead.op[src]! >= 0 ? dead.op[src]! : firstProduce;
-    this.repeated = false;
-    this.produceOk = sure;
-    this.produceFailedAll = false;
-    // A delivery there no earlier than that passed dead-lettered-early only thanks to consumes
-    // that may have delivered the message unseen: the move may have come that early too.
-    let fromNs = dead.fromNs[src]! < Infinity ? dead.fromNs[src]! : ops.invNs[firstProduce]!;
-    for (const d of this.deliveries) fromNs = Math.min(fromNs, ops.invNs[d]!);
-    this.produceInvNs = fromNs;
-    this.produceCompOkNs = dead.dueNs[src]!;
-    this.produceSearchInvNs = this.produceInvNs;
-    this.produceSearchOk = sure;
-    this.produceSearchCompNs = sure ? dead.dueNs[src]! : Infinity;
-    this.delayNs = 0;
-    this.visibilityTimeoutNs = this.topology.visibilityTimeoutNs[this.topic]!;
-
-    const deadLetterInvNs: number[] = [];
-    const sourceDeliveries: number[] = [];
-    for (let k = index.opsStart[src]!; k < index.opsStart[src + 1]!; k++) {
-      const op = index.opRows[k]!;
-      if (ops.f[op] === F_CONSUME) sourceDeliveries.push(op);
-      else if (ops.f[op] === F_DEAD_LETTER && ops.outcome[op] !== O_FAIL) deadLetterInvNs.push(ops.invNs[op]!);
-    }
-    const sourceInvNs = sourceDeliveries.map((d) => ops.invNs[d]!);
-    for (const d of this.deliveries) {
-      const origin = run.origins.get(d);
-      if (deadLetterEarly(ops.compNs[d]!, max, origin?.deliveries ?? null, deadLetterInvNs, sourceInvNs, index.ambiguousConsumeNs[srcTopic]!)) {
-        const said = origin !== undefined ? `; its origin says ${origin.deliveries}` : "";
-        this.anomaly(
-          "dead-lettered-early",
-          [firstProduce, ...sourceDeliveries, d],
-          `on the dead-letter topic after ${sourceInvNs.filter((x) => x < ops.compNs[d]!).length} deliveries on ${run.topics.name(srcTopic)}` +
-            ` (max_deliveries ${max}${said}), with no dead-letter ack`,
-        );
-        return;
-      }
-    }
-    if (this.opsTo > this.opsFrom) {
-      if (this.deliveries.length >= 2 && this.groupCopies()) this.searchCopiesOnOwn();
-      else this.searchOrder();
-    }
-    this.recordTimes();
-    this.testLost();
-    this.testStranded();
-  }
-
-  /**
-   * Several copies on a dead-letter path (a crash between the copy and the settle of its source
-   * may leave one per move): each copy judged on its own, as a pair of its own.
-   */
-  private searchCopiesOnOwn(): void {
-    const t = this.topic;
-    const copySearch = this.copySearch;
-    const causes = this.copyCauses;
-    causes.length = 0;
-    let usedUnevidenced = false;
-    for (let c = 0; c < this.copyViews.length; c++) {
-      this.fillSearch(copySearch, c);
-      let st = copySearch.search(this.envEvidenced[t]!);
-      if (st === "illegal" && this.anyUnevidenced) {
-        const second = copySearch.search(this.envAll[t]!);
-        if (second === "legal") usedUnevidenced = true;
-        if (second !== "illegal") st = second;
-      }
-      this.stepsMostInOnePair = Math.max(this.stepsMostInOnePair, copySearch.steps);
-      if (st === "cap") {
-        this.capHits++;
-        this.unknownPair("search-cap", copySearch.snapshot().map((o) => o.op), `the search for a legal order passed ${this.stepsMax} steps`);
-        return;
-      }
-      if (st === "illegal") {
-        const local = copySearch.snapshot();
-        this.namedIllegal(local, classifyIllegal(local, this.envAll[t]!));
-        return;
-      }
-      for (let i = 1; i < copySearch.n; i++) {
-        const cause = copySearch.causeKind[i]!;
-        if (cause < 0) continue;
-        causes.push(copySearch.ops[i]!.op, cause, copySearch.causeFault[i]!, copySearch.causeSince[i]! >= 0 ? copySearch.ops[copySearch.causeSince[i]!]!.op : -1);
-      }
-    }
-    if (usedUnevidenced) this.unknownPair("explained-by-unevidenced-fault", this.deliveries, "legal only if a fault that left no boot evidence happened");
-    this.recordCauses(true);
   }
 }

@@ -138,22 +138,32 @@ function highestSeenBefore(run: RunData): Map<number, { offset: number; op: numb
   const replayOf = new Map<number, ReplayRec>();
   for (const r of run.replays) replayOf.set(r.op, r);
   const sightings = new MinHeap<number>();
-  const maxSeen = new Map<number, { offset: number; op: number }>();
+  // The running maximum per partition: its slot (by keyOf), then the offset and the op that showed it.
+  const slotOf = new Map<number, number>();
+  const maxOffset: number[] = [];
+  const maxOp: number[] = [];
   const knownBefore = new Map<number, { offset: number; op: number }>();
   for (let op = 0; op < ops.length; op++) {
     const f = ops.f[op]!;
     if (f === F_REPLAY) {
-      const key = keyOf(ops.topic[op]!, ops.partition[op]!);
       const t = ops.invNs[op]!;
       while (sightings.size > 0 && sightings.peekKey() < t) {
         const sk = sightings.peekValue()!;
         const offset = sightings.peekAux();
         sightings.pop();
         const k = keyOf(ops.topic[sk]!, ops.partition[sk]!);
-        const cur = maxSeen.get(k);
-        if (cur === undefined || offset > cur.offset) maxSeen.set(k, { offset, op: sk });
+        const slot = slotOf.get(k);
+        if (slot === undefined) {
+          slotOf.set(k, maxOffset.length);
+          maxOffset.push(offset);
+          maxOp.push(sk);
+        } else if (offset > maxOffset[slot]!) {
+          maxOffset[slot] = offset;
+          maxOp[slot] = sk;
+        }
       }
-      knownBefore.set(op, maxSeen.get(key) ?? { offset: -1, op: -1 });
+      const slot = slotOf.get(keyOf(ops.topic[op]!, ops.partition[op]!));
+      knownBefore.set(op, slot === undefined ? { offset: -1, op: -1 } : { offset: maxOffset[slot]!, op: maxOp[slot]! });
     }
     if (ops.outcome[op] !== O_OK) continue;
     if ((f === F_PRODUCE || (f === F_CONSUME && ops.msg[op]! >= 0)) && ops.partition[op]! >= 0) {

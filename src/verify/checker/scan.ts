@@ -13,11 +13,12 @@
 // accepts, with the same effect; the sequence rules (index, time, invoke/completion per process)
 // are the validator's own methods, so both paths keep one state. A property test compares the two.
 
-import { Collector, F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, F_REPLAY, fnv1a, type Interner, O_FAIL, O_INFO, O_OK } from "./collect.js";
+import { Collector, HASH_MASK, F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_PRODUCE, F_REPLAY, fnv1a, type Interner, O_FAIL, O_INFO, O_OK } from "./collect.js";
 import { open, type FileHandle } from "node:fs/promises";
 import { acceptLine, HistoryReadError, LINE_BYTES_MAX, LineSplitter, sourceChunks, type HistorySource, type LineSink } from "../history/reader.js";
 import { HistoryFormatError, HistoryValidator, LineProblem } from "../history/validate.js";
 import type { EventType, OpName } from "../history/types.js";
+import { lit, litAt, uintAt, uintOut } from "./json-bytes.js";
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -75,16 +76,46 @@ const F_NAME_OF: Record<number, OpName> = {
   [F_REPLAY]: "replay",
 };
 
-function lit(text: string): Uint8Array {
-  return Uint8Array.from(text, (c) => c.charCodeAt(0));
-}
 // The writer's line layout, matched literally first: most lines of most histories take it.
 const L_INDEX = lit('{"index":');
 const L_TIME = lit(',"time_ns":');
-const L_PROCESS = lit(',"process":');
-const L_TYPE = lit(',"type":');
-const L_F = lit(',"f":');
-const L_VALUE = lit(',"value":');
+const L_PROCESS = lit(',"process":"');
+const L_TYPE = lit('","type":"');
+const L_INVOKE = lit('invoke","f":"');
+const L_OK = lit('ok","f":"');
+const L_FAIL = lit('fail","f":"');
+const L_INFO = lit('info","f":"');
+const L_VALUE = lit('","value":{');
+const L_PRODUCE = lit("produce");
+const L_CONSUME = lit("consume");
+const L_EXTEND = lit("extend");
+const L_REPLAY = lit("replay");
+const L_NACK = lit("nack");
+
+/** Whether the n bytes at p are the literal `l`. */
+function isLit(b: Buffer, p: number, n: number, l: Uint8Array): boolean {
+  if (n !== l.length) return false;
+  for (let i = 0; i < n; i++) if (b[p + i] !== l[i]) return false;
+  return true;
+}
+
+/** The FNV-1a hash of the last string strAt scanned (a scalar out-parameter: no allocation). */
+let scratchHash = 0;
+
+/** The closing quote of a string whose bytes start at p, if it has no escape, control or non-ASCII byte (its hash in scratchHash); -1 otherwise. */
+function strAt(b: Buffer, p: number, end: number): number {
+  let h = FNV_OFFSET;
+  for (; p < end; p++) {
+    const c = b[p]!;
+    if (c === QUOTE) {
+      scratchHash = h & HASH_MASK;
+      return p;
+    }
+    if (c === BACKSLASH || c < 0x20 || c >= 0x80) return -1;
+    h = Math.imul(h ^ c, FNV_PRIME);
+  }
+  return -1;
+}
 
 function isWs(c: number): boolean {
   return c === 0x20 || c === 0x09 || c === 0x0d || c === 0x0a;
@@ -94,6 +125,96 @@ function bytesAre(b: Buffer, start: number, len: number, text: string): boolean 
   if (len !== text.length) return false;
   for (let i = 0; i < len; i++) if (b[start + i] !== text.charCodeAt(i)) return false;
   return true;
+}
+
+// The value keys of the writer's lines, each with its closing quote and colon.
+const KL_TOPIC = lit('topic":');
+const KL_MSG = lit('msg":');
+const KL_MSGS = lit('msgs":');
+const KL_PARTITION = lit('partition":');
+const KL_PRODUCER = lit('producer":');
+const KL_OFFSET = lit('offset":');
+const KL_STATUS = lit('status":');
+const KL_SEQUENCE = lit('sequence":');
+const KL_DELIVERY = lit('delivery":');
+const KL_DELIVERY_COUNT = lit('delivery_count":');
+const KL_NODE = lit('node":');
+const KL_BOOT = lit('boot":');
+const KL_KEY = lit('key":');
+
+/** The field tightKey matched. */
+let tightKeyFound = -1;
+
+/**
+ * A value key the scanner reads (its bytes from ks, then `":`), matched by its first bytes: past
+ * the colon, the field in tightKeyFound; -1 for any other key (scanned the general way then).
+ */
+function tightKey(b: Buffer, ks: number, end: number): number {
+  let k = -1;
+  let l: Uint8Array;
+  switch (b[ks]) {
+    case 0x74: // t
+      k = K_TOPIC;
+      l = KL_TOPIC;
+      break;
+    case 0x6d: // m
+      if (b[ks + 3] === 0x73) {
+        k = K_MSGS;
+        l = KL_MSGS;
+      } else {
+        k = K_MSG;
+        l = KL_MSG;
+      }
+      break;
+    case 0x70: // p
+      if (b[ks + 1] === 0x61) {
+        k = K_PARTITION;
+        l = KL_PARTITION;
+      } else {
+        k = K_PRODUCER;
+        l = KL_PRODUCER;
+      }
+      break;
+    case 0x6f: // o
+      k = K_OFFSET;
+      l = KL_OFFSET;
+      break;
+    case 0x73: // s
+      if (b[ks + 1] === 0x74) {
+        k = K_STATUS;
+        l = KL_STATUS;
+      } else {
+        k = K_SEQUENCE;
+        l = KL_SEQUENCE;
+      }
+      break;
+    case 0x64: // d
+      if (b[ks + 8] === 0x5f) {
+        k = K_DELIVERY_COUNT;
+        l = KL_DELIVERY_COUNT;
+      } else {
+        k = K_DELIVERY;
+        l = KL_DELIVERY;
+      }
+      break;
+    case 0x6e: // n
+      k = K_NODE;
+      l = KL_NODE;
+      break;
+    case 0x62: // b
+      k = K_BOOT;
+      l = KL_BOOT;
+      break;
+    case 0x6b: // k
+      k = K_KEY;
+      l = KL_KEY;
+      break;
+    default:
+      return -1;
+  }
+  const p = litAt(b, ks, end, l);
+  if (p >= 0) tightKeyFound = k;
+  return p;
 }
 
 export class FastScanner implements LineSink {
@@ -127,6 +248,8 @@ export class FastScanner implements LineSink {
   private f = -1;
 
   // Value fields of the current line.
+  /** Bit k set: value field k was given (its kind in kind[k]). */
+  private present = 0;
   private readonly kind = new Int8Array(N_KEYS);
   private readonly vStart = new Int32Array(N_KEYS);
   private readonly vEnd = new Int32Array(N_KEYS);
@@ -173,7 +296,7 @@ export class FastScanner implements LineSink {
       if (c === QUOTE) {
         this.sStart = s;
         this.sEnd = p;
-        this.sHash = h;
+        this.sHash = h & HASH_MASK;
         return p + 1;
       }
       if (c === BACKSLASH || c < 0x20 || c >= 0x80) return -1;
@@ -200,28 +323,16 @@ export class FastScanner implements LineSink {
     return -1;
   }
 
-  /** A nonnegative integer of at most 15 digits, no fraction or exponent: sets num. -1 to bail. */
+  /** A nonnegative integer (uintAt's rules): sets num, sStart and sEnd. -1 to bail. */
   private int(b: Buffer, p: number, end: number): number {
-    const s = p;
-    let v = 0;
-    while (p < end) {
-      const c = b[p]!;
-      if (c < 0x30 || c > 0x39) break;
-      v = v * 10 + (c - 0x30);
-      p++;
-    }
-    const n = p - s;
-    if (n === 0 || n > 15 || (n > 1 && b[s] === 0x30)) return -1;
-    if (p < end) {
-      const c = b[p]!;
-      if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
-    }
-    this.num = v;
-    this.sStart = s;
-    this.sEnd = p;
+    const e = uintAt(b, p, end);
+    if (e < 0) return -1;
+    this.num = uintOut[0]!;
+    this.sStart = p;
+    this.sEnd = e;
     // No hash: most numbers are never interned; an id given as a number is hashed when it is.
     this.sHash = 0;
-    return p;
+    return e;
   }
 
   /** Skips any JSON value, checking its grammar. -1 on anything wrong or too deep. */
@@ -383,7 +494,7 @@ export class FastScanner implements LineSink {
   /** The value object; fills the value fields. -1 to bail. */
   private value(b: Buffer, p: number, end: number): number {
     const kind = this.kind;
-    kind.fill(V_ABSENT);
+    this.present = 0;
     if (b[p] !== LBRACE) return -1;
     p = this.ws(b, p + 1, end);
     if (b[p] === RBRACE) return p + 1;
@@ -399,7 +510,8 @@ export class FastScanner implements LineSink {
         p = this.skip(b, p, end, 1);
         if (p < 0) return -1;
       } else {
-        if (kind[k] !== V_ABSENT) return -1; // a repeated key: JSON.parse keeps the last; let it decide
+        if (this.present & (1 << k)) return -1; // a repeated key: JSON.parse keeps the last; let it decide
+        this.present |= 1 << k;
         const c = b[p]!;
         if (c === QUOTE) {
           p = this.str(b, p, end);
@@ -453,50 +565,123 @@ export class FastScanner implements LineSink {
     }
   }
 
-  /** Whether the bytes at p are `text`. */
-  private at(b: Buffer, p: number, end: number, text: Uint8Array): boolean {
-    const n = text.length;
-    if (p + n > end) return false;
-    for (let i = 0; i < n; i++) if (b[p + i] !== text[i]) return false;
-    return true;
+  /**
+   * The writer's exact layout, with no whitespace: false when the line has another layout (then
+   * the general scan runs). One pass with the keys and names matched as literals in place.
+   */
+  private template(b: Buffer, start: number, end: number): boolean {
+    let p = litAt(b, start, end, L_INDEX);
+    if (p < 0) return false;
+    p = uintAt(b, p, end);
+    if (p < 0) return false;
+    this.index = uintOut[0]!;
+    p = litAt(b, p, end, L_TIME);
+    if (p < 0) return false;
+    p = uintAt(b, p, end);
+    if (p < 0) return false;
+    this.timeNs = uintOut[0]!;
+    p = litAt(b, p, end, L_PROCESS);
+    if (p < 0) return false;
+    const pe = strAt(b, p, end);
+    if (pe <= p) return false;
+    this.procStart = p;
+    this.procEnd = pe;
+    this.procHash = scratchHash;
+    p = litAt(b, pe, end, L_TYPE);
+    if (p < 0) return false;
+    const c = b[p];
+    if (c === 0x6f) {
+      this.type = T_OK;
+      p = litAt(b, p, end, L_OK);
+    } else if (c === 0x69) {
+      this.type = b[p + 2] === 0x76 ? T_INVOKE : T_INFO;
+      p = litAt(b, p, end, this.type === T_INVOKE ? L_INVOKE : L_INFO);
+    } else if (c === 0x66) {
+      this.type = T_FAIL;
+      p = litAt(b, p, end, L_FAIL);
+    } else return false;
+    if (p < 0) return false;
+    const fe = strAt(b, p, end);
+    if (fe < 0) return false;
+    const n = fe - p;
+    const f0 = b[p];
+    if (n === 7) this.f = f0 === 0x70 && isLit(b, p, 7, L_PRODUCE) ? F_PRODUCE : f0 === 0x63 && isLit(b, p, 7, L_CONSUME) ? F_CONSUME : -1;
+    else if (n === 3) this.f = f0 === 0x61 && b[p + 1] === 0x63 && b[p + 2] === 0x6b ? F_ACK : -1;
+    else if (n === 6) this.f = f0 === 0x65 && isLit(b, p, 6, L_EXTEND) ? F_EXTEND : f0 === 0x72 && isLit(b, p, 6, L_REPLAY) ? F_REPLAY : -1;
+    else if (n === 4) this.f = isLit(b, p, 4, L_NACK) ? F_NACK : -1;
+    else return false;
+    if (this.f < 0) return false;
+    p = litAt(b, fe, end, L_VALUE);
+    if (p < 0) return false;
+    p = this.valueTight(b, p, end);
+    return p >= 0 && p + 1 === end && b[p] === RBRACE;
   }
 
-  /** The writer's exact layout: -1 when the line has another layout (then the general scan runs). */
-  private template(b: Buffer, start: number, end: number): number {
-    let p = start;
-    if (!this.at(b, p, end, L_INDEX)) return -1;
-    p = this.int(b, p + L_INDEX.length, end);
-    if (p < 0) return -1;
-    this.index = this.num;
-    if (!this.at(b, p, end, L_TIME)) return -1;
-    p = this.int(b, p + L_TIME.length, end);
-    if (p < 0) return -1;
-    this.timeNs = this.num;
-    if (!this.at(b, p, end, L_PROCESS)) return -1;
-    p = this.str(b, p + L_PROCESS.length, end);
-    if (p < 0 || this.sEnd === this.sStart) return -1;
-    this.procStart = this.sStart;
-    this.procEnd = this.sEnd;
-    this.procHash = this.sHash;
-    if (!this.at(b, p, end, L_TYPE)) return -1;
-    p = this.str(b, p + L_TYPE.length, end);
-    if (p < 0) return -1;
-    this.type = this.typeCode(b, this.sStart, this.sEnd - this.sStart);
-    if (this.type < 0) return -1;
-    if (!this.at(b, p, end, L_F)) return -1;
-    p = this.str(b, p + L_F.length, end);
-    if (p < 0) return -1;
-    this.f = this.fCode(b, this.sStart, this.sEnd - this.sStart);
-    if (this.f < 0) return -1;
-    if (!this.at(b, p, end, L_VALUE)) return -1;
-    p = this.value(b, p + L_VALUE.length, end);
-    if (p < 0 || b[p] !== RBRACE) return -1;
-    return this.ws(b, p + 1, end) === end ? p : -1;
+  /** The value object's members (after its `{`) in the writer's layout, no whitespace: past its `}`, or -1. */
+  private valueTight(b: Buffer, p: number, end: number): number {
+    this.present = 0;
+    if (b[p] === RBRACE) return p + 1;
+    for (;;) {
+      if (b[p] !== QUOTE) return -1;
+      const ks = p + 1;
+      // The key with its closing quote and colon, matched as a literal; any other key is scanned.
+      let k = -1;
+      const q = tightKey(b, ks, end);
+      if (q >= 0) {
+        k = tightKeyFound;
+        p = q;
+      } else {
+        const ke = strAt(b, ks, end);
+        if (ke < 0 || b[ke + 1] !== COLON) return -1;
+        k = this.valueKey(b, ks, ke - ks);
+        p = ke + 2;
+      }
+      if (k < 0) {
+        if (k === K_SLOW) return -1;
+        p = this.skip(b, p, end, 1);
+        if (p < 0) return -1;
+      } else {
+        const bit = 1 << k;
+        if (this.present & bit) return -1; // a repeated key: JSON.parse keeps the last; let it decide
+        this.present |= bit;
+        const c = b[p]!;
+        if (c === QUOTE) {
+          const se = strAt(b, p + 1, end);
+          if (se < 0) return -1;
+          this.kind[k] = V_STRING;
+          this.vStart[k] = p + 1;
+          this.vEnd[k] = se;
+          this.vHash[k] = scratchHash;
+          p = se + 1;
+        } else if (c >= 0x30 && c <= 0x39) {
+          const ne = uintAt(b, p, end);
+          if (ne < 0) return -1;
+          this.kind[k] = V_INT;
+          this.vStart[k] = p;
+          this.vEnd[k] = ne;
+          this.vNum[k] = uintOut[0]!;
+          p = ne;
+        } else if (c === 0x6e && b[p + 1] === 0x75 && b[p + 2] === 0x6c && b[p + 3] === 0x6c) {
+          this.kind[k] = V_NULL;
+          p += 4;
+        } else if (c === LBRACKET && k === K_MSGS) {
+          p = this.msgsArray(b, p, end);
+          if (p < 0) return -1;
+          this.kind[k] = V_ARRAY;
+        } else {
+          return -1;
+        }
+      }
+      const d = b[p];
+      if (d === COMMA) p++;
+      else if (d === RBRACE) return p + 1;
+      else return -1;
+    }
   }
 
   /** True when the line was understood and recorded; false sends it to the slow path. */
   private fast(b: Buffer, start: number, end: number, lineNo: number): boolean {
-    if (this.template(b, start, end) >= 0) return this.index > 0 && this.record(b, lineNo);
+    if (this.template(b, start, end)) return this.index > 0 && this.record(b, lineNo);
     let p = this.ws(b, start, end);
     if (b[p] !== LBRACE) return false;
     this.index = -1;
@@ -582,24 +767,27 @@ export class FastScanner implements LineSink {
 
   /** The hash of a value field's bytes (computed now for a number: int() skips it). */
   private hashOf(b: Buffer, k: number): number {
-    return this.kind[k] === V_INT ? fnv1a(b, this.vStart[k]!, this.vEnd[k]!) : this.vHash[k]!;
+    return this.kindOf(k) === V_INT ? fnv1a(b, this.vStart[k]!, this.vEnd[k]!) : this.vHash[k]!;
   }
 
+  /** The kind of value field k on this line (V_ABSENT when not given). */
+  private kindOf(k: number): number {
+    return (this.present >> k) & 1 ? this.kind[k]! : V_ABSENT;
+  }
   private isStr(k: number): boolean {
-    return this.kind[k] === V_STRING && this.vEnd[k]! > this.vStart[k]!;
+    return this.kindOf(k) === V_STRING && this.vEnd[k]! > this.vStart[k]!;
   }
   private isId(k: number): boolean {
-    return this.isStr(k) || this.kind[k] === V_INT;
+    return this.isStr(k) || this.kindOf(k) === V_INT;
   }
   private isInt(k: number): boolean {
-    return this.kind[k] === V_INT;
+    return this.kindOf(k) === V_INT;
   }
 
   /** The value's shape as validateValue would check it, then the sequence rules, then the columns. */
   private record(b: Buffer, lineNo: number): boolean {
     const t = this.type;
     const f = this.f;
-    const kind = this.kind;
     let empty = false;
     if (t === T_INVOKE) {
       if (!this.isStr(K_TOPIC)) return false;
@@ -607,30 +795,30 @@ export class FastScanner implements LineSink {
         if (!this.isInt(K_PARTITION) || !this.isInt(K_OFFSET)) return false;
       } else if (f === F_PRODUCE) {
         if (!this.isId(K_MSG)) return false;
-        if (kind[K_KEY] === V_INT) return false;
-        if ((kind[K_PRODUCER] !== V_ABSENT || kind[K_SEQUENCE] !== V_ABSENT) && !(this.isStr(K_PRODUCER) && this.isInt(K_SEQUENCE))) return false;
+        if (this.kindOf(K_KEY) === V_INT) return false;
+        if ((this.kindOf(K_PRODUCER) !== V_ABSENT || this.kindOf(K_SEQUENCE) !== V_ABSENT) && !(this.isStr(K_PRODUCER) && this.isInt(K_SEQUENCE))) return false;
       } else if (f !== F_CONSUME) {
         if (!this.isId(K_MSG) || !this.isId(K_DELIVERY)) return false;
       }
     } else if (t === T_OK) {
       if (f === F_REPLAY) {
-        if (kind[K_MSGS] !== V_ARRAY) return false;
+        if (this.kindOf(K_MSGS) !== V_ARRAY) return false;
       } else if (f === F_PRODUCE) {
         if (!this.isInt(K_PARTITION) || !this.isInt(K_OFFSET)) return false;
-        if (kind[K_STATUS] !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 202)) return false;
-        if ((kind[K_NODE] !== V_ABSENT || kind[K_BOOT] !== V_ABSENT) && !(this.isStr(K_NODE) && this.isStr(K_BOOT))) return false;
+        if (this.kindOf(K_STATUS) !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 202)) return false;
+        if ((this.kindOf(K_NODE) !== V_ABSENT || this.kindOf(K_BOOT) !== V_ABSENT) && !(this.isStr(K_NODE) && this.isStr(K_BOOT))) return false;
       } else if (f === F_CONSUME) {
         if (!this.isStr(K_TOPIC)) return false;
-        if (kind[K_MSG] === V_NULL) empty = true;
+        if (this.kindOf(K_MSG) === V_NULL) empty = true;
         else {
           if (!this.isId(K_MSG) || !this.isInt(K_PARTITION) || !this.isInt(K_OFFSET) || !this.isId(K_DELIVERY)) return false;
           if (!this.isStr(K_NODE) || !this.isStr(K_BOOT)) return false;
-          if (kind[K_DELIVERY_COUNT] !== V_ABSENT && !(this.isInt(K_DELIVERY_COUNT) && this.vNum[K_DELIVERY_COUNT]! >= 1)) return false;
+          if (this.kindOf(K_DELIVERY_COUNT) !== V_ABSENT && !(this.isInt(K_DELIVERY_COUNT) && this.vNum[K_DELIVERY_COUNT]! >= 1)) return false;
         }
-      } else if (kind[K_STATUS] !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 204)) {
+      } else if (this.kindOf(K_STATUS) !== V_ABSENT && !(this.isInt(K_STATUS) && this.vNum[K_STATUS] === 204)) {
         return false;
       }
-    } else if (kind[K_STATUS] !== V_ABSENT && kind[K_STATUS] !== V_INT) {
+    } else if (this.kindOf(K_STATUS) !== V_ABSENT && this.kindOf(K_STATUS) !== V_INT) {
       return false;
     }
 
@@ -661,7 +849,7 @@ export class FastScanner implements LineSink {
         return true;
       }
       if (f !== F_CONSUME) ops.msg[op] = this.msgs.idBytes(b, this.vStart[K_MSG]!, this.vEnd[K_MSG]!, this.hashOf(b, K_MSG));
-      if (f === F_PRODUCE && kind[K_PRODUCER] === V_STRING) {
+      if (f === F_PRODUCE && this.kindOf(K_PRODUCER) === V_STRING) {
         c.idempotent(op, this.producers.idBytes(b, this.vStart[K_PRODUCER]!, this.vEnd[K_PRODUCER]!, this.vHash[K_PRODUCER]!), this.vNum[K_SEQUENCE]!);
       }
       if (f === F_ACK || f === F_EXTEND || f === F_NACK) {
@@ -669,13 +857,13 @@ export class FastScanner implements LineSink {
       }
       return true;
     }
-    const statusNum = kind[K_STATUS] === V_INT ? this.vNum[K_STATUS]! : 0;
+    const statusNum = this.kindOf(K_STATUS) === V_INT ? this.vNum[K_STATUS]! : 0;
     const op = c.closeOp(procId, t === T_OK ? O_OK : t === T_FAIL ? O_FAIL : O_INFO, this.index, this.timeNs, statusNum < 32768 ? statusNum : 0);
     if (t !== T_OK) return true;
     if (f === F_PRODUCE) {
       ops.partition[op] = this.vNum[K_PARTITION]!;
       ops.offset[op] = this.vNum[K_OFFSET]!;
-      if (kind[K_NODE] === V_STRING) {
+      if (this.kindOf(K_NODE) === V_STRING) {
         c.producedBy(
           op,
           this.nodes.idBytes(b, this.vStart[K_NODE]!, this.vEnd[K_NODE]!, this.vHash[K_NODE]!),

@@ -13,6 +13,7 @@ import { LineSplitter, sourceChunks, type HistorySource, type LineSink } from ".
 import { HistoryFormatError, LineProblem } from "../../history/validate.js";
 import { StreamValidator, type ProcessSlot, type StreamConfigValue, type StreamEvent } from "../../history/stream.js";
 import type { EventType } from "../../history/types.js";
+import { lit, litAt, uintAt, uintOut } from "../json-bytes.js";
 
 /** A growable column of numbers. */
 export class Column<T extends Int32Array | Float64Array> {
@@ -120,9 +121,6 @@ const COMMA = 0x2c;
 const COLON = 0x3a;
 const RBRACE = 0x7d;
 
-function lit(text: string): Uint8Array {
-  return Uint8Array.from(text, (c) => c.charCodeAt(0));
-}
 const L_INDEX = lit('{"index":');
 const L_TIME = lit(',"time_ns":');
 const L_PROCESS = lit(',"process":"');
@@ -134,34 +132,6 @@ const L_VALUE = lit('","value":{');
 function eq(b: Buffer, at: number, text: string): boolean {
   for (let i = 0; i < text.length; i++) if (b[at + i] !== text.charCodeAt(i)) return false;
   return true;
-}
-
-/** The number the last uintAt read (a scalar out-parameter: no allocation per field). */
-let scratchNum = 0;
-
-/** Past the literal `l` at p, or −1. */
-function litAt(b: Buffer, p: number, end: number, l: Uint8Array): number {
-  if (p + l.length > end) return -1;
-  for (let i = 0; i < l.length; i++) if (b[p + i] !== l[i]) return -1;
-  return p + l.length;
-}
-
-/** A JSON nonnegative integer without sign, fraction or exponent at p: past it (value in scratchNum), or −1. */
-function uintAt(b: Buffer, p: number, end: number): number {
-  const s = p;
-  let v = 0;
-  while (p < end) {
-    const c = b[p]!;
-    if (c < 0x30 || c > 0x39) break;
-    v = v * 10 + (c - 0x30);
-    p++;
-  }
-  const n = p - s;
-  if (n === 0 || n > 15 || (n > 1 && b[s] === 0x30)) return -1;
-  const c = b[p];
-  if (c === 0x2e || c === 0x65 || c === 0x45) return -1;
-  scratchNum = v;
-  return p;
 }
 
 /** The closing quote of a string starting at p if it has no escape and only printable ASCII; −1 otherwise. */
@@ -276,12 +246,12 @@ export class StreamCollector implements LineSink {
     let p = litAt(b, start, end, L_INDEX);
     if (p < 0) return false;
     p = uintAt(b, p, end);
-    const index = scratchNum;
+    const index = uintOut[0]!;
     if (p < 0 || index <= 0) return false;
     p = litAt(b, p, end, L_TIME);
     if (p < 0) return false;
     p = uintAt(b, p, end);
-    const timeNs = scratchNum;
+    const timeNs = uintOut[0]!;
     if (p < 0) return false;
     p = litAt(b, p, end, L_PROCESS);
     if (p < 0) return false;
@@ -342,13 +312,13 @@ export class StreamCollector implements LineSink {
         } else {
           p = uintAt(b, p, end);
           if (p < 0) return false;
-          msgNum = scratchNum;
+          msgNum = uintOut[0]!;
         }
       } else if (kLen === 3 && eq(b, k, "seq")) {
         if (seq >= 0) return false;
         p = uintAt(b, p, end);
-        if (p < 0 || scratchNum < 1) return false;
-        seq = scratchNum;
+        if (p < 0 || uintOut[0]! < 1) return false;
+        seq = uintOut[0]!;
       } else if (kLen === 6 && eq(b, k, "stream")) {
         if (haveStream || b[p] !== Q) return false;
         const se = strEndAt(b, p + 1, end);
