@@ -103,6 +103,8 @@ export class HandleCodec {
   private macChain = Buffer.alloc(16);
   /** The two blocks the CBC-MAC of one handle runs over. */
   private readonly pair = Buffer.alloc(32);
+  /** The block of the one handle being minted or checked, 16 bytes. */
+  private readonly block = Buffer.alloc(16);
   /** The handle being minted, 31 bytes. */
   private readonly one = Buffer.alloc(HANDLE_BYTES);
   /** Handles minted one at a time (see the top), and the same in a ring, the oldest at `recentAt`. */
@@ -147,17 +149,17 @@ export class HandleCodec {
   }
 
   /** One handle of the current boot (see the top): two cipher calls, remembered for its check. */
-  private mintOne(topicIncarnation: number, it: Item): string {
-    const block = HandleCodec.blocks(topicIncarnation, [it]);
+  mintOne(topicIncarnation: number, partition: number, offset: number, tag: number): string {
+    const block = this.oneBlock(topicIncarnation, partition, offset, tag);
     const boot = HandleCodec.encrypt(this.bootCipher, block);
     const mac = this.macOne(block, boot);
     const buf = this.one;
     buf.writeUInt8(VERSION, 0);
     buf.writeUInt16BE(this.currentNodeNum, 1);
     buf.writeUInt32BE(this.currentBootSeq, 3);
-    buf.writeUInt16BE(it.partition, 7);
-    buf.writeUIntBE(it.offset, 9, 6);
-    buf.writeUInt32BE(it.tag >>> 0, 15);
+    buf.writeUInt16BE(partition, 7);
+    buf.writeUIntBE(offset, 9, 6);
+    buf.writeUInt32BE(tag >>> 0, 15);
     boot.copy(buf, 19, 0, TAG_BYTES);
     mac.copy(buf, 19 + TAG_BYTES, 0, TAG_BYTES);
     const h = buf.toString("base64url");
@@ -167,19 +169,29 @@ export class HandleCodec {
     if (oldest !== undefined) this.recent.delete(oldest);
     this.recentRing[this.recentAt] = h;
     this.recentAt = (this.recentAt + 1) % RECENT_HANDLES_MAX;
-    this.recent.set(h, { incarnation: topicIncarnation, partition: it.partition, offset: it.offset, tag: it.tag >>> 0 });
+    this.recent.set(h, { incarnation: topicIncarnation, partition, offset, tag: tag >>> 0 });
     return h;
   }
 
-  /** One handle's check: a remembered one at once, any other through the full check. */
-  private verifyOne(topicIncarnation: number, h: string): VerifiedHandle | null {
+  /** The block of one handle (see the top), in a buffer kept for it: a single handle's mint or check allocates none. */
+  private oneBlock(topicIncarnation: number, partition: number, offset: number, tag: number): Buffer {
+    const b = this.block;
+    b.writeUInt32BE(topicIncarnation >>> 0, 0);
+    b.writeUInt16BE(partition, 4);
+    b.writeUIntBE(offset, 6, 6);
+    b.writeUInt32BE(tag >>> 0, 12);
+    return b;
+  }
+
+  /** One handle's check (verify() of one): a remembered one at once, any other through the full check. */
+  verifyOne(topicIncarnation: number, h: string): VerifiedHandle | null {
     const r = this.recent.get(h);
     if (r !== undefined && r.incarnation === topicIncarnation) {
       return { nodeNum: this.currentNodeNum, bootSeq: this.currentBootSeq, partition: r.partition, offset: r.offset, tag: r.tag, current: true };
     }
     const p = parse(h);
     if (p === null || p.version !== VERSION || p.f.nodeNum !== this.currentNodeNum || p.f.bootSeq !== this.currentBootSeq) return this.verifyAll(topicIncarnation, [h])[0]!;
-    const block = HandleCodec.blocks(topicIncarnation, [p.f]);
+    const block = this.oneBlock(topicIncarnation, p.f.partition, p.f.offset, p.f.tag);
     if (!timingSafeEqual(p.auth.subarray(TAG_BYTES), this.macOne(block, p.auth).subarray(0, TAG_BYTES))) return null;
     const boot = HandleCodec.encrypt(this.bootCipher, block);
     return { ...p.f, current: timingSafeEqual(p.auth.subarray(0, TAG_BYTES), boot.subarray(0, TAG_BYTES)) };
@@ -231,7 +243,7 @@ export class HandleCodec {
 
   /** Mints handles for deliveries of the current boot, three cipher calls for the lot (two for one). */
   mint(topicIncarnation: number, items: readonly Item[]): string[] {
-    if (items.length === 1) return [this.mintOne(topicIncarnation, items[0]!)];
+    if (items.length === 1) return [this.mintOne(topicIncarnation, items[0]!.partition, items[0]!.offset, items[0]!.tag)];
     const blocks = HandleCodec.blocks(topicIncarnation, items);
     const boot = HandleCodec.encrypt(this.bootCipher, blocks);
     const macs = HandleCodec.macs(this.cipher(VERSION, this.currentNodeNum, this.currentBootSeq), blocks, (i) => boot.subarray(i * 16, i * 16 + TAG_BYTES));

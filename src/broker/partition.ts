@@ -447,11 +447,27 @@ export class Partition {
   }
 
   /**
+   * The records of taken leases: at once, without a Promise, when the read-ahead window holds
+   * them all (a single consume, most of the time: issue 17); otherwise read from the log
+   * (readTakenFromLog).
+   */
+  readTaken(taken: readonly Taken[], maxBytes: number): Map<number, StoredRecord> | Promise<Map<number, StoredRecord>> {
+    const earliest = this.log.earliestOffset;
+    const out = new Map<number, StoredRecord>();
+    for (const x of taken) {
+      const near = x.offset >= earliest ? this.ahead.get(x.offset) : undefined;
+      if (near === undefined) return this.readTakenFromLog(taken, maxBytes);
+      out.set(x.offset, near);
+    }
+    return out;
+  }
+
+  /**
    * Reads the records of taken leases; consecutive offsets share one read. A run that ends just
    * below the cursor (fresh messages, handed out in offset order) reads ahead of it, and later
    * runs are served from that window when it holds them.
    */
-  async readTaken(taken: readonly Taken[], maxBytes: number): Promise<Map<number, StoredRecord>> {
+  private async readTakenFromLog(taken: readonly Taken[], maxBytes: number): Promise<Map<number, StoredRecord>> {
     const out = new Map<number, StoredRecord>();
     const offsets = taken.map((t) => t.offset).sort((a, b) => a - b);
     const earliest = this.log.earliestOffset;
