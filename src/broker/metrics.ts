@@ -4,8 +4,9 @@
 // Deliveries and settles are counted per message in plain numbers (PathCounts, one per topic)
 // and handed to their counters when the counters are read (a scrape, through `collect`): a
 // labelled inc hashes and checks its labels at every call, even through a child of labels(),
-// which cost a single consume?ack= more than its lease (issue 17). What a scrape shows is the
-// same as if every message had been counted at once.
+// which cost a single consume?ack= more than its lease (issue 17). HTTP answers are counted the
+// same way, per route and status (RouteCounts). What a scrape shows is the same as if every
+// message and answer had been counted at once.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
@@ -32,6 +33,17 @@ export class PathCounts {
   constructor(readonly topic: string) {}
 }
 
+/** One route's answers by status not yet handed to narad_http_requests_total (see the top). */
+export class RouteCounts {
+  readonly byStatus = new Map<number, number>();
+
+  constructor(readonly route: string) {}
+
+  count(status: number): void {
+    this.byStatus.set(status, (this.byStatus.get(status) ?? 0) + 1);
+  }
+}
+
 /** Latency buckets of the request histograms (seconds). */
 const REQUEST_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
@@ -55,6 +67,24 @@ export class BrokerMetrics {
   readonly redriven: Counter<"topic">;
   /** Per topic name: what was counted since the counters were last read (see the top). */
   private readonly pending = new Map<string, PathCounts>();
+  /** Per route (the registered patterns, "unmatched", "internal": a bounded set): its answers not yet counted. */
+  private readonly routes = new Map<string, RouteCounts>();
+
+  /** The answers of a route, to count in plain numbers (see the top); one object per route, kept. */
+  routeCounts(route: string): RouteCounts {
+    let c = this.routes.get(route);
+    if (c === undefined) this.routes.set(route, (c = new RouteCounts(route)));
+    return c;
+  }
+
+  private flushRouteCounts(): void {
+    for (const c of this.routes.values()) {
+      for (const [status, n] of c.byStatus) {
+        if (n > 0) this.requests.inc({ route: c.route, status: String(status) }, n);
+      }
+      c.byStatus.clear();
+    }
+  }
 
   /**
    * The counts of a topic's deliveries and settles, to add to in plain numbers. A holder keeps it
@@ -149,7 +179,13 @@ export class BrokerMetrics {
     this.deadLetterFailures = new Counter({ name: "narad_dead_letter_move_failures_total", help: "Dead-letter moves that failed and wait for a retry, by source topic", labelNames: ["topic"], registers: [r] });
     this.redriven = new Counter({ name: "narad_redriven_messages_total", help: "Messages of a dead-letter topic produced again by a redrive and acked there, by dead-letter topic", labelNames: ["topic"], registers: [r] });
     this.waiters = new Gauge({ name: "narad_long_polls_waiting", help: "Consume requests waiting in a long poll", registers: [r] });
-    this.requests = new Counter({ name: "narad_http_requests_total", help: "HTTP requests answered, by route (method and path pattern) and status", labelNames: ["route", "status"], registers: [r] });
+    this.requests = new Counter({
+      name: "narad_http_requests_total",
+      help: "HTTP requests answered, by route (method and path pattern) and status",
+      labelNames: ["route", "status"],
+      registers: [r],
+      collect: () => this.flushRouteCounts(),
+    });
     new Gauge({
       name: "narad_topic_oldest_unacked_age_seconds",
       help: "Age of the oldest unacked message per topic (0 when every message is acked); in a cluster, of the partitions this node owns",
