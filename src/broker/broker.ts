@@ -1023,10 +1023,10 @@ export class Broker {
   }
 
   /** tryConsumeOnce from the first partition whose records are read from the log (`pending`) on. */
-  private async handOutRest(t: Topic, takenBy: readonly { p: Partition; taken: Taken[] }[], from: number, pending: Promise<Map<number, StoredRecord>>, h: Handout): Promise<Delivery[]> {
+  private async handOutRest(t: Topic, takenBy: readonly { p: Partition; taken: Taken[] }[], from: number, pending: Promise<ReadonlyMap<number, StoredRecord>>, h: Handout): Promise<Delivery[]> {
     for (let i = from; i < takenBy.length; i++) {
       const { p, taken } = takenBy[i]!;
-      let records: Map<number, StoredRecord>;
+      let records: ReadonlyMap<number, StoredRecord>;
       try {
         records = await (i === from ? pending : p.readTaken(taken, h.budget));
       } catch (e) {
@@ -1040,7 +1040,7 @@ export class Broker {
   }
 
   /** Hands out the leases taken on `p` whose records were read; the others are undone. */
-  private handOut(t: Topic, p: Partition, taken: readonly Taken[], records: Map<number, StoredRecord>, h: Handout): void {
+  private handOut(t: Topic, p: Partition, taken: readonly Taken[], records: ReadonlyMap<number, StoredRecord>, h: Handout): void {
     const out = h.out;
     const keep: Taken[] = [];
     for (const x of taken) {

@@ -447,19 +447,18 @@ export class Partition {
   }
 
   /**
-   * The records of taken leases: at once, without a Promise, when the read-ahead window holds
-   * them all (a single consume, most of the time: issue 17); otherwise read from the log
-   * (readTakenFromLog).
+   * The records of taken leases, by offset (a map holding at least those; an offset missing from
+   * it could not be read). At once, without a Promise, when the read-ahead window holds them all
+   * (a single consume, most of the time: issue 17): the window's own map then, which a fill
+   * replaces rather than changes. Otherwise read from the log (readTakenFromLog).
    */
-  readTaken(taken: readonly Taken[], maxBytes: number): Map<number, StoredRecord> | Promise<Map<number, StoredRecord>> {
+  readTaken(taken: readonly Taken[], maxBytes: number): ReadonlyMap<number, StoredRecord> | Promise<ReadonlyMap<number, StoredRecord>> {
     const earliest = this.log.earliestOffset;
-    const out = new Map<number, StoredRecord>();
+    const window = this.ahead.records;
     for (const x of taken) {
-      const near = x.offset >= earliest ? this.ahead.get(x.offset) : undefined;
-      if (near === undefined) return this.readTakenFromLog(taken, maxBytes);
-      out.set(x.offset, near);
+      if (x.offset < earliest || !window.has(x.offset)) return this.readTakenFromLog(taken, maxBytes);
     }
-    return out;
+    return window;
   }
 
   /**
