@@ -108,8 +108,18 @@ test("every answer of the data path (produce JSON or minimal, consume, ack, erro
     const c1 = await expect("consume", 200, () => client.request("POST", "/v1/topics/t/consume"));
     assert.deepEqual(c1.body, payload);
     const c2 = await expect("consume, acking the last", 200, () => client.request("POST", `/v1/topics/t/consume?ack=${c1.headers.get("narad-receipt-handle")}`));
+    await expect("consume, acking a settled handle", 410, () => client.request("POST", `/v1/topics/t/consume?ack=${c1.headers.get("narad-receipt-handle")}`));
+    await expect("consume, acking a forged handle", 400, () => client.request("POST", "/v1/topics/t/consume?ack=garbage"));
     await expect("ack", 204, () => client.request("POST", `/v1/topics/t/ack?receipt_handle=${c2.headers.get("narad-receipt-handle")}`));
     await expect("ack again", 410, () => client.request("POST", `/v1/topics/t/ack?receipt_handle=${c2.headers.get("narad-receipt-handle")}`));
+    // One partition: the first consume reads its record from the log (and reads ahead), the next
+    // is served from memory without an await (issue 17); each answer is one write either way.
+    await expect("create a topic of one partition", 201, () => client.request("POST", "/v1/topics", Buffer.from(JSON.stringify({ name: "one", partitions: 1 })), { "content-type": "application/json" }));
+    for (let i = 0; i < 3; i++) await expect("produce to it", 202, () => client.request("POST", "/v1/topics/one/messages?key=k", payload));
+    const fromLog = await expect("consume, the record read from the log", 200, () => client.request("POST", "/v1/topics/one/consume"));
+    const fromMemory = await expect("consume acking it, the record in memory", 200, () => client.request("POST", `/v1/topics/one/consume?ack=${fromLog.headers.get("narad-receipt-handle")}`));
+    assert.equal(fromMemory.headers.get("narad-offset"), "1");
+    assert.deepEqual(fromMemory.body, payload);
     await expect("consume batch, binary", 200, () => client.request("POST", "/v1/topics/t/consume/batch?max_messages=10", undefined, { accept: "application/vnd.narad.deliveries" }));
     await expect("consume, nothing left", 204, () => client.request("POST", "/v1/topics/t/consume"));
     for (const a of answers) assert.deepEqual(a.writes, { write: 1, writev: 0 }, `${a.what} (${a.status})`);

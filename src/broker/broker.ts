@@ -61,9 +61,9 @@ import { NO_REMOTE_SINK, type ChildLink, type RemoteSink } from "./children.js";
 import { ClusterTopics } from "./cluster-topics.js";
 import { checkDeadLetterFields, DeadLetterMover, nextDeadLetterFields, originOf, type DeadLetterItem } from "./dead-letters.js";
 import { NO_FAULTS, type BrokerFaults } from "./faults.js";
-import { HandleCodec } from "./handles.js";
+import { HandleCodec, type VerifiedHandle } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
-import { BrokerMetrics } from "./metrics.js";
+import { BrokerMetrics, SETTLE_ACTIONS, SETTLE_RESULTS, type PathCounts } from "./metrics.js";
 import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
 import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type ProducerRef, type WindowLimits } from "./producers.js";
 
@@ -242,6 +242,22 @@ function toAppendInputs(items: readonly ProduceItem[], nowMs: number): { key: Bu
     return attrs === null ? { key, payload: it.payload } : { key, payload: it.payload, attrs };
   });
 }
+
+/** A round of tryConsume handing out what it took: the deliveries so far, the answer's bytes left, when the next delayed message is due. */
+interface Handout {
+  out: Delivery[];
+  budget: number;
+  wall: number;
+  nextDue: number;
+}
+
+/** consumeOne's answer from tryConsume's (a function made once, not a closure a request). */
+function firstOrNull(ds: Delivery[]): Delivery | null {
+  return ds.length === 0 ? null : ds[0]!;
+}
+
+/** A settle action's index in SETTLE_ACTIONS (PathCounts.settled). */
+const SETTLE_ACTION_INDEX = Object.fromEntries(SETTLE_ACTIONS.map((a, i) => [a, i])) as Record<SettleAction, number>;
 
 /** tryConsume: takes again after holding back delayed messages, at most this many times a call. */
 const DEFER_ROUNDS_MAX = 16;
@@ -925,21 +941,54 @@ export class Broker {
   private deferrals = 0;
 
   /**
+   * One message leased now, for a single consume on one node (the HTTP consume's path, issue 17):
+   * consume(topic, 1, 0) without an await when the record is in memory (its partition's
+   * read-ahead window), which is the case for all but one in READ_AHEAD_RECORDS fresh messages.
+   * A Promise only when a record must be read from the log. null when nothing is available now,
+   * or when long polls wait on the topic already (they are served first, as consume() does):
+   * the caller waits through consume() if it may. Throws what consume() refuses at once
+   * (topic_not_found, shutting_down).
+   */
+  consumeOne(topicName: string): Delivery | null | Promise<Delivery | null> {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    if (t.waiters.length > 0) return null;
+    const d = this.tryConsume(t, 1);
+    if (d instanceof Promise) return d.then(firstOrNull);
+    return d.length === 0 ? null : d[0]!;
+  }
+
+  /**
    * Leases up to `max`: a take that met delayed messages not yet due held them back, so it takes
    * again (up to DEFER_ROUNDS_MAX times) for what lies behind them, rather than answer empty.
+   * Synchronous while every record it needs is in memory; from the first read of the log on, a
+   * Promise (tryConsumeRest).
    */
-  private async tryConsume(t: Topic, max: number): Promise<Delivery[]> {
+  private tryConsume(t: Topic, max: number): Delivery[] | Promise<Delivery[]> {
     let out: Delivery[] = [];
     for (let round = 0; round < DEFER_ROUNDS_MAX && out.length < max; round++) {
       const before = this.deferrals;
-      const d = await this.tryConsumeOnce(t, max - out.length);
+      const d = this.tryConsumeOnce(t, max - out.length);
+      if (d instanceof Promise) return this.tryConsumeRest(t, max, out, round, before, d);
       out = out.length === 0 ? d : out.concat(d);
       if (this.deferrals === before) break;
     }
     return out;
   }
 
-  private async tryConsumeOnce(t: Topic, max: number): Promise<Delivery[]> {
+  /** tryConsume's rounds from one that reads the log (`pending`) on. */
+  private async tryConsumeRest(t: Topic, max: number, out: Delivery[], round: number, before: number, pending: Promise<Delivery[]>): Promise<Delivery[]> {
+    let d = await pending;
+    for (;;) {
+      out = out.length === 0 ? d : out.concat(d);
+      if (this.deferrals === before || ++round >= DEFER_ROUNDS_MAX || out.length >= max) return out;
+      before = this.deferrals;
+      d = await this.tryConsumeOnce(t, max - out.length);
+    }
+  }
+
+  /** One round of tryConsume: takes leases on the partitions in turn, then reads and hands out their records. */
+  private tryConsumeOnce(t: Topic, max: number): Delivery[] | Promise<Delivery[]> {
     const now = this.opts.clock.monoMs();
     const wall = this.opts.clock.nowMs();
     let nextDue = Infinity;
@@ -963,114 +1012,181 @@ export class Broker {
       }
     }
     if (got === 0) return [];
-    const out: Delivery[] = [];
-    let budget = this.opts.consumeBytesMax;
-    for (const { p, taken } of takenBy) {
-      let records: Map<number, StoredRecord>;
+    const h: Handout = { out: [], budget: this.opts.consumeBytesMax, wall, nextDue };
+    for (let i = 0; i < takenBy.length; i++) {
+      const { p, taken } = takenBy[i]!;
+      const records = p.readTaken(taken, h.budget);
+      if (records instanceof Promise) return this.handOutRest(t, takenBy, i, records, h);
+      this.handOut(t, p, taken, records, h);
+    }
+    return this.handedOut(t, h);
+  }
+
+  /** tryConsumeOnce from the first partition whose records are read from the log (`pending`) on. */
+  private async handOutRest(t: Topic, takenBy: readonly { p: Partition; taken: Taken[] }[], from: number, pending: Promise<ReadonlyMap<number, StoredRecord>>, h: Handout): Promise<Delivery[]> {
+    for (let i = from; i < takenBy.length; i++) {
+      const { p, taken } = takenBy[i]!;
+      let records: ReadonlyMap<number, StoredRecord>;
       try {
-        records = await p.readTaken(taken, budget);
+        records = await (i === from ? pending : p.readTaken(taken, h.budget));
       } catch (e) {
         this.log.error({ err: (e as Error).message, partition: p.index }, "read failed");
         for (const x of taken) p.release(x.offset, x.tag, false);
         continue;
       }
-      const keep: Taken[] = [];
-      for (const x of taken) {
-        const r = records.get(x.offset);
-        if (r === undefined) {
-          p.release(x.offset, x.tag, x.offset >= p.log.earliestOffset);
-        } else if (r.control === true) {
-          // A replicated partition's epoch marker whose ack did not reach this node before it
-          // became the leader: no message, settled here and never delivered.
-          p.release(x.offset, x.tag, true);
-          p.acks.ack(x.offset);
-        } else if (out.length + keep.length > 0 && budget - r.payload.length < 0) {
-          p.release(x.offset, x.tag, false); // over this answer's byte budget: next time
-        } else if (r.attrs !== undefined && (recordAttrs(r).notBeforeMs ?? 0) > wall) {
-          // A delayed message read before its time: held back until due (a restart reads it again).
-          const due = recordAttrs(r).notBeforeMs!;
-          p.defer(x.offset, x.tag, due);
-          this.deferrals++;
-          nextDue = Math.min(nextDue, due);
-        } else {
-          budget -= r.payload.length;
-          keep.push(x);
-        }
-      }
-      const handles = this.codec.mint(
-        t.meta.incarnation,
-        keep.map((x) => ({ partition: p.index, offset: x.offset, tag: x.tag })),
-      );
-      keep.forEach((x, i) => {
-        const record = records.get(x.offset)!;
-        const origin = record.attrs === undefined ? undefined : originOf(record);
-        const headers = record.attrs === undefined ? undefined : recordAttrs(record).headers;
-        out.push({ partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle: handles[i]!, record, ...(origin !== undefined ? { origin } : {}), ...(headers !== undefined ? { headers } : {}) });
-      });
+      this.handOut(t, p, taken, records, h);
     }
-    if (nextDue !== Infinity) this.wakeWhenDue(t, nextDue - wall);
-    const redeliveries = out.filter((d) => d.deliveryCount > 1).length;
-    this.metrics.consumed.inc({ topic: t.meta.name }, out.length);
-    if (redeliveries > 0) this.metrics.redelivered.inc({ topic: t.meta.name }, redeliveries);
-    return out;
+    return this.handedOut(t, h);
+  }
+
+  /** Hands out the leases taken on `p` whose records were read; the others are undone. */
+  private handOut(t: Topic, p: Partition, taken: readonly Taken[], records: ReadonlyMap<number, StoredRecord>, h: Handout): void {
+    const out = h.out;
+    const keep: Taken[] = [];
+    for (const x of taken) {
+      const r = records.get(x.offset);
+      if (r === undefined) {
+        p.release(x.offset, x.tag, x.offset >= p.log.earliestOffset);
+      } else if (r.control === true) {
+        // A replicated partition's epoch marker whose ack did not reach this node before it
+        // became the leader: no message, settled here and never delivered.
+        p.release(x.offset, x.tag, true);
+        p.acks.ack(x.offset);
+      } else if (out.length + keep.length > 0 && h.budget - r.payload.length < 0) {
+        p.release(x.offset, x.tag, false); // over this answer's byte budget: next time
+      } else if (r.attrs !== undefined && (recordAttrs(r).notBeforeMs ?? 0) > h.wall) {
+        // A delayed message read before its time: held back until due (a restart reads it again).
+        const due = recordAttrs(r).notBeforeMs!;
+        p.defer(x.offset, x.tag, due);
+        this.deferrals++;
+        h.nextDue = Math.min(h.nextDue, due);
+      } else {
+        h.budget -= r.payload.length;
+        keep.push(x);
+      }
+    }
+    if (keep.length === 0) return;
+    const incarnation = t.meta.incarnation;
+    // One handle (a single consume) is minted without the arrays of a batch's.
+    const handles = keep.length === 1 ? undefined : this.codec.mint(incarnation, keep.map((x) => ({ partition: p.index, offset: x.offset, tag: x.tag })));
+    for (let i = 0; i < keep.length; i++) {
+      const x = keep[i]!;
+      const record = records.get(x.offset)!;
+      const receiptHandle = handles === undefined ? this.codec.mintOne(incarnation, p.index, x.offset, x.tag) : handles[i]!;
+      const d: Delivery = { partition: p.index, offset: x.offset, deliveryCount: x.deliveryCount, receiptHandle, record };
+      if (record.attrs !== undefined) {
+        const origin = originOf(record);
+        const headers = recordAttrs(record).headers;
+        if (origin !== undefined) d.origin = origin;
+        if (headers !== undefined) d.headers = headers;
+      }
+      out.push(d);
+    }
+  }
+
+  /** The end of a round: the next delayed message's wake-up, the deliveries counted. */
+  private handedOut(t: Topic, h: Handout): Delivery[] {
+    if (h.nextDue !== Infinity) this.wakeWhenDue(t, h.nextDue - h.wall);
+    if (h.out.length > 0) {
+      let redeliveries = 0;
+      for (const d of h.out) if (d.deliveryCount > 1) redeliveries++;
+      const c = this.countsOf(t);
+      c.delivered += h.out.length;
+      c.redelivered += redeliveries;
+    }
+    return h.out;
+  }
+
+  /** The topic's deliveries and settles not yet handed to their counters (./metrics.ts, PathCounts). */
+  private countsOf(t: Topic): PathCounts {
+    let c = t.counts;
+    if (c === undefined || c.dropped) t.counts = c = this.metrics.pathCounts(t.meta.name);
+    return c;
   }
 
   /** Settles receipt handles; one status per handle, in order. */
   settle(topicName: string, handles: string[], action: SettleAction): SettleStatus[] {
+    const t = this.settling(topicName, action);
+    const fields = this.codec.verify(t.meta.incarnation, handles);
+    const now = this.opts.clock.monoMs();
+    const c = this.countsOf(t);
+    const out = new Array<SettleStatus>(fields.length);
+    for (let i = 0; i < fields.length; i++) out[i] = this.settleHandle(t, fields[i]!, action, now, c);
+    this.settled(t);
+    return out;
+  }
+
+  /**
+   * One receipt handle settled, for a single ack (or the ack riding on a consume) on one node:
+   * settle(topic, [handle], action)[0] without its arrays (issue 17).
+   */
+  settleOne(topicName: string, handle: string, action: SettleAction): SettleStatus {
+    const t = this.settling(topicName, action);
+    const s = this.settleHandle(t, this.codec.verifyOne(t.meta.incarnation, handle), action, this.opts.clock.monoMs(), this.countsOf(t));
+    this.settled(t);
+    return s;
+  }
+
+  /** The topic a settle acts on, once it may: what settle refuses for the whole request is thrown here. */
+  private settling(topicName: string, action: SettleAction): Topic {
     this.assertOpen();
     const t = this.topic(topicName);
     if (action === "dead_letter" && t.meta.dead_letter_topic === null) {
       throw new NaradError("no_dead_letter_topic", `Topic ${topicName} has no dead_letter_topic; set one (PATCH) before dead-lettering its messages.`);
     }
-    const fields = this.codec.verify(t.meta.incarnation, handles);
-    const now = this.opts.clock.monoMs();
+    this.settleWokeWaiters = false;
+    this.settleExhausted = false;
+    return t;
+  }
+
+  /**
+   * What the settles of one request left to do once, after them all (set by settleVerified,
+   * reset by settling): a nack made a message available to the long polls; a nack or
+   * dead_letter=true may have made a dead-letter move due.
+   */
+  private settleWokeWaiters = false;
+  private settleExhausted = false;
+
+  private settled(t: Topic): void {
+    if (this.settleWokeWaiters) this.wake(t);
+    if (this.settleExhausted) this.deadLetters.kick(t);
+  }
+
+  /** Settles one verified handle (null: it did not verify) and counts its outcome in `c`. */
+  private settleHandle(t: Topic, f: VerifiedHandle | null, action: SettleAction, now: number, c: PathCounts): SettleStatus {
+    const s = this.settleVerified(t, f, action, now);
+    const result = s === 204 ? 0 : s === 410 ? 1 : s === 503 ? 2 : 3; // SETTLE_RESULTS' order
+    c.settled[SETTLE_ACTION_INDEX[action] * SETTLE_RESULTS.length + result]!++;
+    return s;
+  }
+
+  private settleVerified(t: Topic, f: VerifiedHandle | null, action: SettleAction, now: number): SettleStatus {
+    if (f === null || f.partition >= t.meta.partitions) return 400;
+    const p = t.partitions[f.partition];
+    if (p === undefined || !this.owns(t, p)) return 503; // cluster mode: not served here now
+    if (!f.current) return 410; // an earlier lease holder: another node, or an earlier process of this one (./handles.ts)
     const faults = this.faults;
-    let woke = false;
-    let exhausted = false;
-    const out = fields.map((f): SettleStatus => {
-      if (f === null || f.partition >= t.meta.partitions) return 400;
-      const p = t.partitions[f.partition];
-      if (p === undefined || !this.owns(t, p)) return 503; // cluster mode: not served here now
-      if (!f.current) return 410; // an earlier lease holder: another node, or an earlier process of this one (./handles.ts)
-      const tag = faults.settleTag(p, f.offset, f.tag);
-      this.deadLetters.prepare(t, p);
-      let r: "ok" | "gone";
-      switch (faults.settleAction(action, p, f.offset, tag)) {
-        case "ack":
-          r = p.ack(f.offset, tag, now);
-          break;
-        case "extend":
-          r = p.extend(f.offset, tag, now, t.meta.visibility_timeout_ms);
-          break;
-        case "nack":
-          r = p.nack(f.offset, tag, now);
-          woke ||= r === "ok";
-          exhausted ||= r === "ok" && p.exhaustedWaiting > 0;
-          break;
-        case "dead_letter":
-          r = p.deadLetter(f.offset, tag, now);
-          exhausted ||= r === "ok";
-          break;
-      }
-      return r === "ok" ? 204 : 410;
-    });
-    // Counted per outcome, not per handle: a labelled inc hashes its labels each time.
-    let ok = 0;
-    let gone = 0;
-    let unavailable = 0;
-    for (const s of out) {
-      if (s === 204) ok++;
-      else if (s === 410) gone++;
-      else if (s === 503) unavailable++;
+    const tag = faults.settleTag(p, f.offset, f.tag);
+    this.deadLetters.prepare(t, p);
+    let r: "ok" | "gone";
+    switch (faults.settleAction(action, p, f.offset, tag)) {
+      case "ack":
+        r = p.ack(f.offset, tag, now);
+        break;
+      case "extend":
+        r = p.extend(f.offset, tag, now, t.meta.visibility_timeout_ms);
+        break;
+      case "nack":
+        r = p.nack(f.offset, tag, now);
+        if (r === "ok") this.settleWokeWaiters = true;
+        if (r === "ok" && p.exhaustedWaiting > 0) this.settleExhausted = true;
+        break;
+      case "dead_letter":
+        r = p.deadLetter(f.offset, tag, now);
+        if (r === "ok") this.settleExhausted = true;
+        break;
     }
-    const invalid = out.length - ok - gone - unavailable;
-    if (ok > 0) this.metrics.settled.inc({ topic: topicName, action, result: "ok" }, ok);
-    if (gone > 0) this.metrics.settled.inc({ topic: topicName, action, result: "gone" }, gone);
-    if (unavailable > 0) this.metrics.settled.inc({ topic: topicName, action, result: "unavailable" }, unavailable);
-    if (invalid > 0) this.metrics.settled.inc({ topic: topicName, action, result: "invalid" }, invalid);
-    if (woke) this.wake(t);
-    if (exhausted) this.deadLetters.kick(t);
-    return out;
+    return r === "ok" ? 204 : 410;
   }
 
   /**

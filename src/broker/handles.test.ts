@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createCipheriv, createHmac, randomBytes } from "node:crypto";
 import { test } from "node:test";
-import { HandleCodec, RECENT_HANDLES_MAX } from "./handles.js";
+import { HandleCodec, MINT_RUN_HANDLES, MINT_RUNS_MAX, RECENT_HANDLES_MAX } from "./handles.js";
 
 const secret = randomBytes(32);
 const item = { partition: 1, offset: 5, tag: 9 };
@@ -129,4 +129,41 @@ test("a handle minted one at a time and since forgotten (more than RECENT_HANDLE
   for (let i = 0; i < RECENT_HANDLES_MAX + 10; i++) c.mint(11, [{ partition: 0, offset: i, tag: i }]);
   assert.deepEqual(c.verify(11, [first!]), [{ ...item, nodeNum: 0, bootSeq: 9, current: true }]);
   assert.deepEqual(c.verify(11, [first!.slice(0, 41) + (first!.at(-1) === "A" ? "E" : "A")]), [null]);
+});
+
+test("single handles minted in sequence (a partition's fresh messages, tags counting up) come from runs computed ahead, byte for byte what a batch mints, across runs, breaks, wraps and interleaved partitions", () => {
+  const one = new HandleCodec(secret, 4, 6, "b");
+  const batch = new HandleCodec(secret, 4, 6, "b");
+  // Three partitions taken in turn, as consumes go round them; partition 2's tags wrap past 2^32;
+  // partition 1 is broken by redeliveries (an older offset and the next tag) now and then.
+  const next = [{ offset: 0, tag: 1 }, { offset: 1000, tag: 77 }, { offset: 2 ** 40, tag: 0xffff_ffe0 }];
+  const items: { partition: number; offset: number; tag: number }[] = [];
+  for (let i = 0; i < 3 * (3 * MINT_RUN_HANDLES + 5); i++) {
+    const partition = i % 3;
+    const n = next[partition]!;
+    if (partition === 1 && i % 37 === 0) {
+      items.push({ partition, offset: n.offset - 5, tag: n.tag >>> 0 }); // a redelivery: off the sequence
+      n.tag++;
+      continue;
+    }
+    items.push({ partition, offset: n.offset, tag: n.tag >>> 0 });
+    n.offset++;
+    n.tag++;
+  }
+  const singly = items.map((it) => one.mint(11, [it])[0]!);
+  assert.deepEqual(singly, batch.mint(11, items));
+  assert.deepEqual(batch.verify(11, singly), items.map((it) => ({ ...it, nodeNum: 4, bootSeq: 6, current: true })));
+  // A mint that jumps back into a run it already passed (the same handle again) still matches.
+  const again = one.mint(11, [items[3]!])[0];
+  assert.equal(again, singly[3]);
+});
+
+test("runs computed ahead are kept for at most MINT_RUNS_MAX partitions: past it they start again, the handles unchanged", () => {
+  const one = new HandleCodec(secret, 0, 3, "b");
+  const batch = new HandleCodec(secret, 0, 3, "b");
+  const items: { partition: number; offset: number; tag: number }[] = [];
+  // Each partition's second mint starts its run; the partition past the bound drops them all.
+  for (let round = 0; round < 3; round++) for (let p = 0; p < MINT_RUNS_MAX + 7; p++) items.push({ partition: p, offset: round, tag: round + 1 });
+  const minted = items.map((it) => one.mint(11, [it])[0]!);
+  assert.deepEqual(minted, batch.mint(11, items));
 });

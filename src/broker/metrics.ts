@@ -1,5 +1,12 @@
 // Prometheus metrics of one node. One registry per broker (no global default registry), so
 // tests and several brokers in one process never share counters.
+//
+// Deliveries and settles are counted per message in plain numbers (PathCounts, one per topic)
+// and handed to their counters when the counters are read (a scrape, through `collect`): a
+// labelled inc hashes and checks its labels at every call, even through a child of labels(),
+// which cost a single consume?ack= more than its lease (issue 17). HTTP answers are counted the
+// same way, per route and status (RouteCounts). What a scrape shows is the same as if every
+// message and answer had been counted at once.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 
@@ -8,6 +15,33 @@ export interface TopicGaugeSource {
   childGauges(): { parent: string; child: string; lagMessages: number; lagSeconds: number; heldPartitions: number }[];
   /** Per topic, the age of its oldest unacked message on this node's partitions (0 when none). */
   oldestUnackedAges(): Promise<{ topic: string; ageSeconds: number }[]>;
+}
+
+/** How a settle is counted: the settle actions and results, in this order (PathCounts.settled's index). */
+export const SETTLE_ACTIONS = ["ack", "extend", "nack", "dead_letter"] as const;
+export const SETTLE_RESULTS = ["ok", "gone", "unavailable", "invalid"] as const;
+
+/** One topic's deliveries and settles not yet handed to the counters (see the top). */
+export class PathCounts {
+  delivered = 0;
+  redelivered = 0;
+  /** Settles by action and result: index action * SETTLE_RESULTS.length + result. */
+  readonly settled = new Array<number>(SETTLE_ACTIONS.length * SETTLE_RESULTS.length).fill(0);
+  /** Set when a flush dropped this object (nothing counted since): the next count takes a new one. */
+  dropped = false;
+
+  constructor(readonly topic: string) {}
+}
+
+/** One route's answers by status not yet handed to narad_http_requests_total (see the top). */
+export class RouteCounts {
+  readonly byStatus = new Map<number, number>();
+
+  constructor(readonly route: string) {}
+
+  count(status: number): void {
+    this.byStatus.set(status, (this.byStatus.get(status) ?? 0) + 1);
+  }
 }
 
 /** Latency buckets of the request histograms (seconds). */
@@ -31,6 +65,70 @@ export class BrokerMetrics {
   readonly deadLettered: Counter<"topic">;
   readonly deadLetterFailures: Counter<"topic">;
   readonly redriven: Counter<"topic">;
+  /** Per topic name: what was counted since the counters were last read (see the top). */
+  private readonly pending = new Map<string, PathCounts>();
+  /** Per route (the registered patterns, "unmatched", "internal": a bounded set): its answers not yet counted. */
+  private readonly routes = new Map<string, RouteCounts>();
+
+  /** The answers of a route, to count in plain numbers (see the top); one object per route, kept. */
+  routeCounts(route: string): RouteCounts {
+    let c = this.routes.get(route);
+    if (c === undefined) this.routes.set(route, (c = new RouteCounts(route)));
+    return c;
+  }
+
+  private flushRouteCounts(): void {
+    for (const c of this.routes.values()) {
+      for (const [status, n] of c.byStatus) {
+        if (n > 0) this.requests.inc({ route: c.route, status: String(status) }, n);
+      }
+      c.byStatus.clear();
+    }
+  }
+
+  /**
+   * The counts of a topic's deliveries and settles, to add to in plain numbers. A holder keeps it
+   * until `dropped` says a flush let it go (see flushPathCounts).
+   */
+  pathCounts(topic: string): PathCounts {
+    let c = this.pending.get(topic);
+    if (c === undefined) this.pending.set(topic, (c = new PathCounts(topic)));
+    return c;
+  }
+
+  /**
+   * Hands what was counted to the counters, from their collect() (each read of any of them). An
+   * entry that counted nothing since the last flush is dropped, so topics deleted long ago do not
+   * stay in the map: bounded by the topics in use between two scrapes.
+   */
+  private flushPathCounts(): void {
+    for (const [topic, c] of this.pending) {
+      let any = false;
+      if (c.delivered > 0) {
+        this.consumed.inc({ topic }, c.delivered);
+        c.delivered = 0;
+        any = true;
+      }
+      if (c.redelivered > 0) {
+        this.redelivered.inc({ topic }, c.redelivered);
+        c.redelivered = 0;
+        any = true;
+      }
+      for (let i = 0; i < c.settled.length; i++) {
+        const n = c.settled[i]!;
+        if (n === 0) continue;
+        const action = SETTLE_ACTIONS[Math.floor(i / SETTLE_RESULTS.length)]!;
+        const result = SETTLE_RESULTS[i % SETTLE_RESULTS.length]!;
+        this.settled.inc({ topic, action, result }, n);
+        c.settled[i] = 0;
+        any = true;
+      }
+      if (!any) {
+        c.dropped = true;
+        this.pending.delete(topic);
+      }
+    }
+  }
 
   constructor(source: TopicGaugeSource) {
     const r = this.registry;
@@ -59,13 +157,16 @@ export class BrokerMetrics {
       buckets: REQUEST_BUCKETS,
       registers: [r],
     });
-    this.consumed = new Counter({ name: "narad_delivered_messages_total", help: "Deliveries (leases handed out), first and repeated", labelNames: ["topic"], registers: [r] });
-    this.redelivered = new Counter({ name: "narad_redelivered_messages_total", help: "Deliveries with a delivery count above 1", labelNames: ["topic"], registers: [r] });
+    // Read through collect(): what PathCounts holds is handed over first (see the top).
+    const flush = () => this.flushPathCounts();
+    this.consumed = new Counter({ name: "narad_delivered_messages_total", help: "Deliveries (leases handed out), first and repeated", labelNames: ["topic"], registers: [r], collect: flush });
+    this.redelivered = new Counter({ name: "narad_redelivered_messages_total", help: "Deliveries with a delivery count above 1", labelNames: ["topic"], registers: [r], collect: flush });
     this.settled = new Counter({
       name: "narad_settle_total",
       help: "Ack, extend and nack requests per receipt handle, by result (ok, gone, invalid)",
       labelNames: ["topic", "action", "result"],
       registers: [r],
+      collect: flush,
     });
     this.refusals = new Counter({ name: "narad_refusals_total", help: "Error answers by HTTP status and error code", labelNames: ["status", "code"], registers: [r] });
     this.commitLatency = new Histogram({
@@ -78,7 +179,13 @@ export class BrokerMetrics {
     this.deadLetterFailures = new Counter({ name: "narad_dead_letter_move_failures_total", help: "Dead-letter moves that failed and wait for a retry, by source topic", labelNames: ["topic"], registers: [r] });
     this.redriven = new Counter({ name: "narad_redriven_messages_total", help: "Messages of a dead-letter topic produced again by a redrive and acked there, by dead-letter topic", labelNames: ["topic"], registers: [r] });
     this.waiters = new Gauge({ name: "narad_long_polls_waiting", help: "Consume requests waiting in a long poll", registers: [r] });
-    this.requests = new Counter({ name: "narad_http_requests_total", help: "HTTP requests answered, by route (method and path pattern) and status", labelNames: ["route", "status"], registers: [r] });
+    this.requests = new Counter({
+      name: "narad_http_requests_total",
+      help: "HTTP requests answered, by route (method and path pattern) and status",
+      labelNames: ["route", "status"],
+      registers: [r],
+      collect: () => this.flushRouteCounts(),
+    });
     new Gauge({
       name: "narad_topic_oldest_unacked_age_seconds",
       help: "Age of the oldest unacked message per topic (0 when every message is acked); in a cluster, of the partitions this node owns",

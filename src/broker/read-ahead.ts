@@ -17,9 +17,12 @@ export const READ_AHEAD_BYTES = 64 * 1024;
 /** Bytes all windows of the process may hold together (payload and key bytes). */
 export const READ_AHEAD_BUDGET = 16 * 1024 * 1024;
 
-/** One partition's window: the records of one read, by offset. */
+/**
+ * One partition's window: the records of one read, by offset. `records` is replaced, never
+ * changed in place, so a reader holding it (Partition.readTaken) keeps a consistent view.
+ */
 export class ReadAheadWindow {
-  records = new Map<number, StoredRecord>();
+  records: ReadonlyMap<number, StoredRecord> = new Map<number, StoredRecord>();
   bytes = 0;
 
   constructor(private readonly pool: ReadAheadPool) {}

@@ -8,7 +8,7 @@
 
 import type { ChildJson, CreateTopicRequest, TopicStatsJson, UpdateTopicRequest } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
-import type { Broker, Delivery, ProduceItem, ProduceOneDone, ReplayResult, SettleAction } from "./broker.js";
+import type { Broker, Delivery, ProduceItem, ProduceOneDone, ReplayResult, SettleAction, SettleStatus } from "./broker.js";
 import type { ChildLink } from "./children.js";
 import type { BrokerMetrics } from "./metrics.js";
 import type { TopicInfo, TopicOwner } from "./topic.js";
@@ -48,6 +48,20 @@ export interface DirectProduce {
   produceOne(topic: string, key: string | null, payload: Buffer, done: ProduceOneDone): void;
 }
 
+/** The single node's synchronous consume and settle of one message (Broker.consumeOne, settleOne). */
+export interface DirectConsume {
+  /**
+   * One handle settled now: 204, 400, 410 (503 only in a cluster). Throws what settle() refuses
+   * for a whole request (topic_not_found, shutting_down, no_dead_letter_topic).
+   */
+  settleOne(topic: string, handle: string, action: SettleAction): SettleStatus;
+  /**
+   * One message leased now, a Promise only when its record is read from the log; null when none
+   * is available now (or long polls wait already): a consume that may wait goes through consume().
+   */
+  consumeOne(topic: string): Delivery | null | Promise<Delivery | null>;
+}
+
 export interface Service {
   readonly metrics: BrokerMetrics;
   /** Topics carry their owner's user id, which the HTTP layer decides on and does not show. */
@@ -69,6 +83,11 @@ export interface Service {
    */
   readonly direct?: DirectProduce;
   consume(topic: string, max: number, waitMs: number, signal: AbortSignal, ctx: RequestContext): Promise<Delivery[]>;
+  /**
+   * A single consume and a single settle without an await, where the deployment has such a
+   * path: the single node's broker. Absent in a cluster, which routes with consume() and settle().
+   */
+  readonly directConsume?: DirectConsume;
   settle(topic: string, handles: string[], action: SettleAction, ctx: RequestContext): Promise<SettleOutcome[]>;
   /** A replay page, or (from another owner) its JSON answer as is. */
   replay(topic: string, partition: number, offset: number, limit: number, ctx: RequestContext): Promise<ReplayResult | { json: Buffer }>;
@@ -144,6 +163,10 @@ export class LocalService implements Service {
 
   consume(topic: string, max: number, waitMs: number, signal: AbortSignal): Promise<Delivery[]> {
     return this.broker.consume(topic, max, waitMs, signal);
+  }
+
+  get directConsume(): DirectConsume {
+    return this.broker;
   }
 
   async settle(topic: string, handles: string[], action: SettleAction): Promise<SettleOutcome[]> {

@@ -11,6 +11,7 @@ import { LIMITS, type ChildJson, type TopicJson } from "../protocol/wire.js";
 import type { Timer } from "../platform/scheduler.js";
 import type { ChildLink, PartitionCopier } from "./children.js";
 import type { Delivery, JoinedCommit } from "./broker.js";
+import type { PathCounts } from "./metrics.js";
 import type { Partition } from "./partition.js";
 import { StickyPartitioner } from "./partitioner.js";
 
@@ -58,6 +59,8 @@ export class Topic {
   readonly syncing = (p: number): boolean => this.partitions[p]?.log.syncInFlight === true;
   /** narad_produced_messages_total's child for this topic, made at the first produce (no label hashing a request). */
   producedCounter: { inc(n?: number): void } | undefined;
+  /** This topic's deliveries and settles not yet handed to their counters (./metrics.ts); taken at the first. */
+  counts: PathCounts | undefined;
   /** Per partition, the commit single produces are joining now (Broker.produceOne). */
   readonly joining: (JoinedCommit | undefined)[] = [];
   consumeRr = 0;

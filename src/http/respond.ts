@@ -11,9 +11,11 @@ import { recordAttrs, type Delivery, type ReplayResult } from "../broker/broker.
 import type { SettleOutcome } from "../broker/service.js";
 import { NaradError, type ErrorCode } from "../protocol/errors.js";
 import { DELIVERIES_TYPE, encodeDeliveries, HEADERS, type ConsumedMessageJson } from "../protocol/wire.js";
+import { headersHeaderValue } from "./params.js";
 
 const IDENTITY = Symbol("narad.identityHeaders");
 type Answer = ServerResponse & { [IDENTITY]?: readonly string[] };
+
 
 /** Tags an answer with the node's identity headers (a flat list made once per server). */
 export function identify(res: ServerResponse, identityHeaders: readonly string[]): void {
@@ -75,6 +77,37 @@ export function sendError(res: ServerResponse, e: NaradError): void {
   if (e.retryAfterS !== undefined) extra.push("retry-after", String(e.retryAfterS));
   if (e.status === 401) extra.push("www-authenticate", 'Basic realm="narad"');
   sendJson(res, e.status, e.toBody(), extra);
+}
+
+/**
+ * A single consume's 200: the message's bytes as the body, its delivery in the headers docs/api.md
+ * lists ("Consume"), and no other. One header list (the node's identity first, as head() puts
+ * it) and one socket write (sendBody). `nodeId`/`bootId` name the owner when the delivery names
+ * no other.
+ */
+export function sendDelivery(res: ServerResponse, d: Delivery, nodeId: string, bootId: string): void {
+  const r = d.record;
+  const id = (res as Answer)[IDENTITY];
+  const headers = id === undefined ? [] : id.slice();
+  headers.push(
+    "content-type", "application/octet-stream",
+    "content-length", String(r.payload.length),
+    HEADERS.receiptHandle, d.receiptHandle,
+    HEADERS.partition, String(d.partition),
+    HEADERS.offset, String(d.offset),
+    HEADERS.deliveryCount, String(d.deliveryCount),
+    HEADERS.producedAt, String(r.producedAtMs),
+    HEADERS.owner, d.owner ?? nodeId,
+    HEADERS.ownerBoot, d.ownerBoot ?? bootId,
+  );
+  if (r.key !== null) headers.push(HEADERS.key, encodeURIComponent(r.key.toString("utf8")));
+  const o = d.origin;
+  if (o !== undefined) {
+    headers.push(HEADERS.originTopic, o.topic, HEADERS.originPartition, String(o.partition), HEADERS.originOffset, String(o.offset), HEADERS.originDeliveries, String(o.deliveries), HEADERS.originProducedAt, String(o.produced_at));
+  }
+  if (d.headers !== undefined) headers.push(HEADERS.messageHeaders, headersHeaderValue(d.headers));
+  res.writeHead(200, headers);
+  sendBody(res, r.payload);
 }
 
 /**

@@ -32,6 +32,7 @@ import type { Duplex } from "node:stream";
 import FindMyWay from "find-my-way";
 import type { Logger } from "pino";
 import type { Service } from "../broker/service.js";
+import type { RouteCounts } from "../broker/metrics.js";
 import type { ProducerIdsApi } from "../broker/producer-ids.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import type { UserStoreApi } from "../auth/user-store-api.js";
@@ -148,10 +149,16 @@ function lingerAfterAnswer(req: IncomingMessage): void {
   };
 }
 
-/** When an answer's request arrived (performance.now()) and its route's name in metrics. */
+/** When an answer's request arrived (performance.now()) and its route's metrics slot. */
 const STARTED_MS = Symbol("narad.startedMs");
 const ROUTE = Symbol("narad.route");
-type Tracked = ServerResponse & { [STARTED_MS]?: number; [ROUTE]?: string };
+type Tracked = ServerResponse & { [STARTED_MS]?: number; [ROUTE]?: RouteSlot };
+/** A route's metrics (see "Request metrics" below), kept on its router entry under SLOT. */
+interface RouteSlot {
+  counts: RouteCounts;
+  timed: { hist: { observe(v: number): void }; ok: (status: number) => boolean } | undefined;
+}
+const SLOT = Symbol("narad.routeSlot");
 
 /** Closes a connection once what was written to it reached the kernel. */
 function endAfterWrites(socket: Duplex): void {
@@ -190,8 +197,10 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   if (cluster !== undefined) mountInternal(router, svc, opts.authenticator, cluster.internal, internalRouteKit(nodeId, bootId));
 
   // Request metrics (docs/operations.md): a count per route and status, and the latency of the
-  // routes users time (produce, consume, ack). Children of the labelled metrics are kept per
-  // route and status, so an answer costs a map lookup rather than prom-client hashing labels.
+  // routes users time (produce, consume, ack). Each route has one slot, made at its first answer
+  // and kept on its router entry: the count is a plain number handed to the counter at a scrape
+  // (BrokerMetrics.routeCounts), the latency goes to its histogram's child (issue 17: a labelled
+  // count and a map lookup by a string made per answer cost more than the consume's lease).
   const m = svc.metrics;
   const timed = new Map<string, { hist: { observe(v: number): void }; ok: (status: number) => boolean }>([
     ["POST /v1/topics/:topic/messages", { hist: m.produceLatency.labels("single"), ok: (s) => s === 202 }],
@@ -201,18 +210,13 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     ["POST /v1/topics/:topic/ack", { hist: m.ackLatency.labels("single"), ok: (s) => s === 204 }],
     ["POST /v1/topics/:topic/ack/batch", { hist: m.ackLatency.labels("batch"), ok: (s) => s === 200 }],
   ]);
-  // Bounded: routes are the registered patterns (plus "unmatched" and "internal"), never paths.
-  const counted = new Map<string, { inc(): void }>();
-  const answered = (route: string, status: number, ms: number): void => {
-    const t = timed.get(route);
+  const slotOf = (route: string): RouteSlot => ({ counts: m.routeCounts(route), timed: timed.get(route) });
+  const unmatched = slotOf("unmatched");
+  const internal = slotOf("internal");
+  const answered = (slot: RouteSlot, status: number, ms: number): void => {
+    const t = slot.timed;
     if (t !== undefined && t.ok(status)) t.hist.observe(ms / 1000);
-    const k = `${route} ${status}`;
-    let c = counted.get(k);
-    if (c === undefined) {
-      c = m.requests.labels(route, String(status));
-      counted.set(k, c);
-    }
-    c.inc();
+    slot.counts.count(status);
   };
 
   /** An answer's end (written, or its connection gone): the counts in flight, its metrics. */
@@ -242,7 +246,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
     socket[LAST] = res; // no object per request: the request is res.req
     const tracked = res as Tracked;
     tracked[STARTED_MS] = performance.now();
-    tracked[ROUTE] = "unmatched";
+    tracked[ROUTE] = unmatched;
     res.on("close", onAnswerClosed); // one listener made per server, not a closure per request
     if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) {
       res.setHeader("connection", "close");
@@ -262,7 +266,9 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       res.setHeader("allow", allow);
       return finishWithError(req, res, new NaradError("method_not_allowed", `${req.method} is not allowed on ${path}; allowed: ${allow}.`));
     }
-    tracked[ROUTE] = (found.store as RouteStore | undefined)?.route ?? "internal";
+    // An internal route (src/cluster/internal-routes.ts) has no store: find-my-way gives null.
+    const store = found.store as (RouteStore & { [SLOT]?: RouteSlot }) | null | undefined;
+    tracked[ROUTE] = store == null ? internal : (store[SLOT] ??= slotOf(store.route));
     try {
       const r = (found.handler as unknown as (req: IncomingMessage, res: ServerResponse, params: Params) => Promise<void> | void)(req, res, found.params);
       if (r instanceof Promise) r.catch((e: unknown) => finishWithError(req, res, e));

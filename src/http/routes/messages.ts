@@ -5,14 +5,14 @@
 // a flat header list (src/http/respond.ts); nothing here adds an await or a closure per message.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Delivery, ProduceItem, SettleAction } from "../../broker/broker.js";
+import type { Delivery, ProduceItem, SettleAction, SettleStatus } from "../../broker/broker.js";
 import type { ProducerIdsApi } from "../../broker/producer-ids.js";
-import type { Produced } from "../../broker/service.js";
+import type { Produced, SettleOutcome } from "../../broker/service.js";
 import { NaradError } from "../../protocol/errors.js";
 import { DELIVERIES_TYPE, HEADERS, LIMITS } from "../../protocol/wire.js";
 import { readBatch, readBody, readBodyThen, readJson } from "../body.js";
-import { asObject, badExtend, checkKey, headersFromRequest, headersHeaderValue, parseDelayMs, partitionParam, prefersMinimal, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
-import { abortOnClose, head, outcomeCode, outcomeStatus, sendBody, sendDeliveries, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
+import { asObject, badExtend, checkKey, headersFromRequest, parseDelayMs, partitionParam, prefersMinimal, queryInt, queryLimit, settleAction, topicParam } from "../params.js";
+import { abortOnClose, head, outcomeCode, outcomeStatus, sendDeliveries, sendDelivery, sendEmpty, sendJson, sendReplay, toJsonMessage } from "../respond.js";
 import type { Ctx, RouteDeps } from "../router.js";
 
 export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers: ProducerIdsApi): void {
@@ -122,7 +122,7 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
   });
 
   // ---- consume ----------------------------------------------------------------------------------
-  on("POST", "/v1/topics/:topic/consume", "consume", async (req, res, p, q, ctx) => {
+  on("POST", "/v1/topics/:topic/consume", "consume", (req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const waitMs = queryInt(q, "wait_ms", 0, 0, LIMITS.waitMsMax);
     // ?ack=H: ack the previous delivery first, in the same round trip (JetStream's AckNext). A
@@ -131,36 +131,51 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     // nothing was leased, which a definite error would deny. An ambiguous one stays ambiguous.
     const ackHandle = q.get("ack");
     if (ackHandle === "") throw new NaradError("invalid_receipt_handle", "?ack= names no receipt handle.");
+    const direct = svc.directConsume;
+    if (direct === undefined) return consumeRouted(req, res, topic, waitMs, ackHandle, ctx);
+    // The single node: the ack and a message in memory without an await, one socket write for
+    // the answer (issue 17). The same steps in the same order as consumeRouted, the same answers.
+    if (ackHandle !== null) settledOrThrow(direct.settleOne(topic, ackHandle, "ack"));
+    let d: Delivery | null | Promise<Delivery | null>;
+    try {
+      d = direct.consumeOne(topic);
+    } catch (e) {
+      return consumeRefused(res, ackHandle !== null, e);
+    }
+    if (d instanceof Promise) {
+      // Its record is read from the log (one consume in READ_AHEAD_RECORDS): the rest waits for it.
+      return d.then(
+        (x) => (x === null ? nothingNow(req, res, topic, waitMs, ackHandle !== null, ctx) : sendDelivery(res, x, nodeId, bootId)),
+        (e: unknown) => consumeRefused(res, ackHandle !== null, e),
+      );
+    }
+    if (d === null) return nothingNow(req, res, topic, waitMs, ackHandle !== null, ctx);
+    sendDelivery(res, d, nodeId, bootId);
+  });
+  /** A single consume through Service.settle and Service.consume: a cluster's. */
+  const consumeRouted = async (req: IncomingMessage, res: ServerResponse, topic: string, waitMs: number, ackHandle: string | null, ctx: Ctx): Promise<void> => {
     if (ackHandle !== null) await ack(topic, ackHandle, "ack", ctx);
+    await consumeWaiting(req, res, topic, waitMs, ackHandle !== null, ctx);
+  };
+  /** The single node found no message now: 204, or the long poll through Service.consume. */
+  const nothingNow = (req: IncomingMessage, res: ServerResponse, topic: string, waitMs: number, acked: boolean, ctx: Ctx): Promise<void> | void =>
+    waitMs === 0 ? sendEmpty(res, 204) : consumeWaiting(req, res, topic, waitMs, acked, ctx);
+  /** The consume after the ack, if any (`acked`), through Service.consume: it may wait `waitMs` for a message. */
+  const consumeWaiting = async (req: IncomingMessage, res: ServerResponse, topic: string, waitMs: number, acked: boolean, ctx: Ctx): Promise<void> => {
     let d: Delivery | undefined;
     try {
       [d] = await svc.consume(topic, 1, waitMs, abortOnClose(req, res, waitMs), ctx.req);
     } catch (e) {
-      if (ackHandle !== null && e instanceof NaradError && e.definite) return sendEmpty(res, 204);
-      throw e;
+      return consumeRefused(res, acked, e);
     }
     if (d === undefined) return sendEmpty(res, 204);
-    const r = d.record;
-    const headers = [
-      "content-type", "application/octet-stream",
-      "content-length", String(r.payload.length),
-      HEADERS.receiptHandle, d.receiptHandle,
-      HEADERS.partition, String(d.partition),
-      HEADERS.offset, String(d.offset),
-      HEADERS.deliveryCount, String(d.deliveryCount),
-      HEADERS.producedAt, String(r.producedAtMs),
-      HEADERS.owner, d.owner ?? nodeId,
-      HEADERS.ownerBoot, d.ownerBoot ?? bootId,
-    ];
-    if (r.key !== null) headers.push(HEADERS.key, encodeURIComponent(r.key.toString("utf8")));
-    const o = d.origin;
-    if (o !== undefined) {
-      headers.push(HEADERS.originTopic, o.topic, HEADERS.originPartition, String(o.partition), HEADERS.originOffset, String(o.offset), HEADERS.originDeliveries, String(o.deliveries), HEADERS.originProducedAt, String(o.produced_at));
-    }
-    if (d.headers !== undefined) headers.push(HEADERS.messageHeaders, headersHeaderValue(d.headers));
-    head(res, 200, headers);
-    sendBody(res, r.payload);
-  });
+    sendDelivery(res, d, nodeId, bootId);
+  };
+  /** A consume that failed after its ?ack= took effect answers 204 when the failure is definite (see above). */
+  const consumeRefused = (res: ServerResponse, acked: boolean, e: unknown): void => {
+    if (acked && e instanceof NaradError && e.definite) return sendEmpty(res, 204);
+    throw e;
+  };
   on("POST", "/v1/topics/:topic/consume/batch", "consume", async (req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const max = queryInt(q, "max_messages", 10, 1, LIMITS.consumeBatchMax);
@@ -178,14 +193,16 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
   const ack = async (topic: string, handle: string, action: SettleAction, ctx: Ctx): Promise<void> => {
     const [outcome] = await svc.settle(topic, [handle], action, ctx.req);
     if (outcome instanceof NaradError) throw outcome;
-    const code = outcomeCode(outcome);
-    if (code !== null) throw new NaradError(code);
+    settledOrThrow(outcome!);
   };
-  on("POST", "/v1/topics/:topic/ack", "consume", async (_req, res, p, q, ctx) => {
+  on("POST", "/v1/topics/:topic/ack", "consume", (_req, res, p, q, ctx) => {
     const topic = topicParam(p);
     const handle = q.get("receipt_handle");
     if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
-    await ack(topic, handle, settleAction(q.get("extend"), q.get("dead_letter")), ctx);
+    const action = settleAction(q.get("extend"), q.get("dead_letter"));
+    const direct = svc.directConsume;
+    if (direct === undefined) return ack(topic, handle, action, ctx).then(() => sendEmpty(res, 204));
+    settledOrThrow(direct.settleOne(topic, handle, action)); // the single node: no await
     sendEmpty(res, 204);
   });
   on("POST", "/v1/topics/:topic/ack/batch", "consume", async (req, res, p, _q, ctx) => {
@@ -225,6 +242,14 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     }
     sendReplay(res, r);
   });
+}
+
+/** A single settle's status as its answer: nothing for a 204, the refusal thrown otherwise (the error table's). */
+function settledOrThrow(status: SettleOutcome | SettleStatus): void {
+  if (status === 503) throw new NaradError("not_owner"); // not served here now (a cluster's; Service.settle says so as an error)
+  if (status instanceof NaradError) throw status;
+  const code = outcomeCode(status);
+  if (code !== null) throw new NaradError(code);
 }
 
 /** True when the client asked for the binary consume/batch answer (Accept names DELIVERIES_TYPE). */
