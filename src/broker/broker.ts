@@ -681,7 +681,7 @@ export class Broker {
     // Unkeyed messages of one request go together to the current run's partition (a sticky
     // partitioner, as Kafka's producer has: ./partitioner.ts): one append and one fdatasync per
     // request, and successive requests share a partition's group commits until the run is full.
-    const groups = groupByPartition(items.map((it) => it.key), n, t.unkeyed.forItems(n, items, t.syncing));
+    const groups = groupByPartition(items.map((it) => it.key), n, t.unkeyed.forItems(n, items));
     return this.appendGroups(t, items, groups, undefined, nowMs);
   }
 
@@ -787,7 +787,7 @@ export class Broker {
     const overloaded = this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0;
     if (overloaded && !this.faults.storesWhenOverloaded()) throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
     const n = t.partitions.length;
-    const p = key === null ? t.unkeyed.next(n, 1, payload.length, t.syncing) : keyPartition(key, n);
+    const p = key === null ? t.unkeyed.next(n, 1, payload.length) : keyPartition(key, n);
     const part = t.partitions[p];
     if (overloaded || part === undefined || part.log.failed !== null) {
       this.produce(topicName, [{ key, payload }]).then((r) => done(null, r[0]!), (e: unknown) => done(e));

@@ -27,26 +27,3 @@ test("forItems counts only unkeyed items, and leaves the run alone for a request
   assert.equal(s.forItems(3, mixed), 0);
   assert.equal(s.forItems(3, [{ key: null, payload: Buffer.alloc(1) }]), 1);
 });
-
-test("a run moves on from a partition whose fdatasync is in flight to the next idle one, and stays where every partition is syncing", () => {
-  const s = new StickyPartitioner();
-  const syncing = new Set<number>();
-  const busy = (p: number) => syncing.has(p);
-  assert.deepEqual([0, 1, 2].map(() => s.next(3, 1, 10, busy)), [0, 0, 0], "idle logs: the run stays");
-  syncing.add(0);
-  assert.equal(s.next(3, 1, 10, busy), 1, "partition 0 syncing: the next idle one");
-  assert.equal(s.next(3, 1, 10, busy), 1, "partition 1 has not started its fdatasync: messages join it");
-  syncing.add(1);
-  assert.equal(s.next(3, 1, 10, busy), 2);
-  syncing.add(2);
-  assert.equal(s.next(3, 1, 10, busy), 2, "all syncing: the run stays (its messages wait for the next commit)");
-  syncing.delete(0);
-  assert.equal(s.next(3, 1, 10, busy), 0, "round to the first idle one");
-  // A fresh run, then the bound: STICKY_RUN_MESSAGES still ends a run on idle logs.
-  syncing.clear();
-  const t = new StickyPartitioner();
-  const got = Array.from({ length: STICKY_RUN_MESSAGES + 1 }, () => t.next(3, 1, 10, busy));
-  assert.deepEqual(got, got.map((_, i) => (i < STICKY_RUN_MESSAGES ? 0 : 1)));
-  // One partition: nowhere else to go.
-  assert.equal(new StickyPartitioner().next(1, 1, 10, () => true), 0);
-});

@@ -140,10 +140,6 @@ class DurableAtOnce implements PartitionLog {
     return this.inner.syncedOffset;
   }
 
-  get syncInFlight(): boolean {
-    return this.inner.syncInFlight;
-  }
-
   get pendingSyncBytes(): number {
     return this.inner.pendingSyncBytes;
   }

@@ -55,8 +55,6 @@ export class Topic {
   readonly waiters: Waiter[] = [];
   /** Where unkeyed produces go: runs of messages, one partition at a time (./partitioner.ts). */
   readonly unkeyed = new StickyPartitioner();
-  /** Whether a partition's fdatasync is in flight (the sticky runs move on from it); made once. */
-  readonly syncing = (p: number): boolean => this.partitions[p]?.log.syncInFlight === true;
   /** narad_produced_messages_total's child for this topic, made at the first produce (no label hashing a request). */
   producedCounter: { inc(n?: number): void } | undefined;
   /** This topic's deliveries and settles not yet handed to their counters (./metrics.ts); taken at the first. */

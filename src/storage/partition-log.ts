@@ -244,10 +244,6 @@ export class FilePartitionLog implements PartitionLog {
   get syncedOffset(): number {
     return this.syncedOffsetValue;
   }
-  get syncInFlight(): boolean {
-    return this.syncing !== null;
-  }
-
   get pendingSyncBytes(): number {
     return this.pendingSyncBytesValue;
   }

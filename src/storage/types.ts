@@ -95,8 +95,6 @@ export interface PartitionLog {
   readonly syncedOffset: number;
   /** Bytes appended but not yet covered by a completed fdatasync (for 429 backpressure). */
   readonly pendingSyncBytes: number;
-  /** Whether an fdatasync of this log is in flight now (appends made meanwhile wait for the next). */
-  readonly syncInFlight: boolean;
 
   /**
    * Assigns consecutive offsets to the records now (synchronously) and queues them for the

@@ -203,9 +203,6 @@ export class ReplicatedLog implements PartitionLog {
   get syncedOffset(): number {
     return this.visible;
   }
-  get syncInFlight(): boolean {
-    return this.inner.syncInFlight;
-  }
   get pendingSyncBytes(): number {
     return this.inner.pendingSyncBytes;
   }
