@@ -136,6 +136,26 @@ function suite(deploy: Deploy, label: string) {
       }
       assert.deepEqual(delivered, [PAYLOAD, PAYLOAD]);
     });
+
+    test("a dead_letter=true answered 204 survives a kill -9 right after it: the message is moved, never delivered again from its topic", async () => {
+      // With acks written every 60 s, an ask that were answered from memory would be gone with
+      // the kill (the message back on its topic, nothing in the dead-letter topic): its 204 waits
+      // for the ack log's fsync (Broker.settleDurable).
+      const url = d.urls[0]!;
+      assert.equal((await call(url, "POST", "/v1/topics", { name: "dlq-d", partitions: 3 })).status, 201);
+      assert.equal((await call(url, "POST", "/v1/topics", { name: "src-d", partitions: 1, dead_letter_topic: "dlq-d" })).status, 201);
+      assert.equal((await fetch(`${url}/v1/topics/src-d/messages`, { method: "POST", body: "poison" })).status, 202);
+      const owner = await d.owner("src-d", 0);
+      const l = await waitFor(() => consume(url, "src-d", 500), { timeoutMs: 20_000, what: "the delivery" });
+      assert.equal(l.payload, "poison");
+      const asked = await call(url, "POST", `/v1/topics/src-d/ack?receipt_handle=${encodeURIComponent(l.handle)}&dead_letter=true`);
+      assert.equal(asked.status, 204, await asked.text());
+      await owner.kill();
+      await owner.start();
+      const moved = await waitFor(() => consume(url, "dlq-d", 500), { timeoutMs: 20_000, what: "the dead letter after the restart" });
+      assert.equal(moved.payload, "poison");
+      assert.equal(await consume(url, "src-d", 300), undefined, "not delivered again from its topic");
+    });
   });
 }
 

@@ -1117,6 +1117,18 @@ export class Broker {
   }
 
   /**
+   * settle(), resolved once what its 204s promise is on disk. A dead_letter=true ask is fsynced in
+   * the ack log before it is answered: the move is the message's from its 204 on (SPEC "Dead
+   * letters"), and a kill after it still moves it (the restart finds the ask in the ack log). Acks,
+   * extends and nacks answer at once and reach the disk on the ack log's schedule (docs/contract.md).
+   */
+  async settleDurable(topicName: string, handles: string[], action: SettleAction): Promise<SettleStatus[]> {
+    const out = this.settle(topicName, handles, action);
+    if (action === "dead_letter" && out.includes(204)) await Promise.all(this.topic(topicName).open().map((p) => p.acks.flushAndSync()));
+    return out;
+  }
+
+  /**
    * One receipt handle settled, for a single ack (or the ack riding on a consume) on one node:
    * settle(topic, [handle], action)[0] without its arrays (issue 17).
    */

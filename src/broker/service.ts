@@ -170,7 +170,7 @@ export class LocalService implements Service {
   }
 
   async settle(topic: string, handles: string[], action: SettleAction): Promise<SettleOutcome[]> {
-    return this.broker.settle(topic, handles, action).map((s) => (s === 503 ? new NaradError("not_owner") : s));
+    return (await this.broker.settleDurable(topic, handles, action)).map((s) => (s === 503 ? new NaradError("not_owner") : s));
   }
 
   replay(topic: string, partition: number, offset: number, limit: number): Promise<ReplayResult> {

@@ -855,7 +855,7 @@ export class ClusterService implements Service {
       this.o.broker.releaseLeases(topic, handles);
       return handles.map(() => 204);
     }
-    return this.o.broker.settle(topic, handles, action).map((s) => (s === 503 ? new NaradError("not_owner") : s));
+    return (await this.o.broker.settleDurable(topic, handles, action)).map((s) => (s === 503 ? new NaradError("not_owner") : s));
   }
 
   // ---- replay -----------------------------------------------------------------------------------

@@ -201,7 +201,8 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     if (handle === null || handle === "") throw new NaradError("invalid_receipt_handle", "Send the receipt handle as ?receipt_handle=H.");
     const action = settleAction(q.get("extend"), q.get("dead_letter"));
     const direct = svc.directConsume;
-    if (direct === undefined) return ack(topic, handle, action, ctx).then(() => sendEmpty(res, 204));
+    // dead_letter=true waits for the ack log's fsync (Broker.settleDurable): the general path.
+    if (direct === undefined || action === "dead_letter") return ack(topic, handle, action, ctx).then(() => sendEmpty(res, 204));
     settledOrThrow(direct.settleOne(topic, handle, action)); // the single node: no await
     sendEmpty(res, 204);
   });
