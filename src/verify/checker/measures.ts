@@ -9,8 +9,8 @@
 
 import { F_ACK, F_CONSUME, F_EXTEND, F_NACK, F_NAMES, F_PRODUCE, O_FAIL, O_INFO, O_OK, O_OPEN, type RunData } from "./collect.js";
 import type { FaultInfo } from "./faults.js";
-import { lowerBound } from "./findings.js";
-import { sortTimes } from "./sort.js";
+import { lowerBound, sortedUnique } from "./findings.js";
+import { selectRank } from "./sort.js";
 import type { Anomaly, CheckOptions, LagSummary, LatencySeries, OperationCounts, Series, Timeline } from "./types.js";
 
 export interface PairTimes {
@@ -44,8 +44,8 @@ function niceBucketNs(durationNs: number, buckets: number): number {
 }
 
 
-/** Number of elements ≤ x in a sorted array. */
-function countAtMost(a: Float64Array, x: number): number {
+/** The number of a's sorted elements at or below x: the first index past them. */
+function upperBound(a: ArrayLike<number>, x: number): number {
   let lo = 0;
   let hi = a.length;
   while (lo < hi) {
@@ -211,8 +211,13 @@ export function buildMeasures(
   if (lagN === 0) {
     lag = { maxMs: null, msg: null, path: null, deliveryOp: null, since: null, p50Ms: null, p99Ms: null, samples: 0 };
   } else {
-    const sorted = sortTimes(lagSamples.subarray(0, lagN));
-    const q = (p: number): number => round3(sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!);
+    const samples = lagSamples.subarray(0, lagN);
+    // The two ranks a sorted copy would hold, found by selection (the higher first, so the
+    // lower's search runs on the part below it).
+    const rank = (p: number): number => Math.min(lagN - 1, Math.floor(p * lagN));
+    const q99 = selectRank(samples, rank(0.99), 0, lagN);
+    const q50 = selectRank(samples, rank(0.5), 0, rank(0.99) + 1);
+    const q = (v: number): number => round3(v);
     const sinceNames = [null, "produce", "nack", "lapse", "fault"] as const;
     lag = {
       maxMs: round3(lagMax),
@@ -220,45 +225,58 @@ export function buildMeasures(
       path: run.topics.name(ops.topic[lagMaxOp]!),
       deliveryOp: ops.invIdx[lagMaxOp]!,
       since: sinceNames[lagSince[lagMaxOp]!] ?? null,
-      p50Ms: q(0.5),
-      p99Ms: q(0.99),
-      samples: sorted.length,
+      p50Ms: q(q50),
+      p99Ms: q(q99),
+      samples: lagN,
     };
   }
 
   // ---- silence after each fault ----
-  const availCount = new Int32Array(nTopics);
-  const settleCount = new Int32Array(nTopics);
-  for (let p = 0; p < pairs.nPairs; p++) {
-    if (!Number.isFinite(pairs.availableNs[p]!)) continue;
-    availCount[pairs.pairTopic[p]!]!++;
-    if (Number.isFinite(pairs.settleNs[p]!)) settleCount[pairs.pairTopic[p]!]!++;
+  // Per fault end t0: on each path with a pair available by t0 and not settled by t0, the first
+  // delivery at or after t0. Faults are few and the times many, so each time is placed once
+  // among the sorted fault ends (a binary search over them) instead of sorting the times.
+  const ends = sortedUnique(faults.filter((f) => DISRUPTING.has(f.kind) && Number.isFinite(f.endNs)).map((f) => f.endNs));
+  const nEnds = ends.length;
+  // availAt[t * nEnds + k]: pairs of path t available by ends[k], less those settled by then.
+  const unsettledAt = new Float64Array(nTopics * nEnds);
+  // firstAt[t * nEnds + k]: the first delivery on path t at or after ends[k].
+  const firstAt = new Float64Array(nTopics * nEnds).fill(Infinity);
+  if (nEnds > 0) {
+    for (let p = 0; p < pairs.nPairs; p++) {
+      const a = pairs.availableNs[p]!;
+      if (!Number.isFinite(a)) continue;
+      const base = pairs.pairTopic[p]! * nEnds;
+      // Counted at the first end at or after it, summed over the ends below.
+      const ka = lowerBound(ends, a);
+      if (ka < nEnds) unsettledAt[base + ka]!++;
+      const st = pairs.settleNs[p]!;
+      if (Number.isFinite(st)) {
+        const ks = lowerBound(ends, Math.max(a, st));
+        if (ks < nEnds) unsettledAt[base + ks]!--;
+      }
+    }
+    for (let t = 0; t < nTopics; t++) {
+      const base = t * nEnds;
+      for (let k = 1; k < nEnds; k++) unsettledAt[base + k]! += unsettledAt[base + k - 1]!;
+      const d = delivered[t]!;
+      // A delivery at time x is the candidate of the last end at or below it; then a minimum from the top down.
+      for (let i = 0; i < d.length; i++) {
+        const x = d[i]!;
+        const k = upperBound(ends, x) - 1;
+        if (k >= 0 && x < firstAt[base + k]!) firstAt[base + k] = x;
+      }
+      for (let k = nEnds - 2; k >= 0; k--) if (firstAt[base + k + 1]! < firstAt[base + k]!) firstAt[base + k] = firstAt[base + k + 1]!;
+    }
   }
-  const avail = Array.from(availCount, (c) => new Float64Array(c));
-  const settle = Array.from(settleCount, (c) => new Float64Array(c));
-  availCount.fill(0);
-  settleCount.fill(0);
-  for (let p = 0; p < pairs.nPairs; p++) {
-    const a = pairs.availableNs[p]!;
-    if (!Number.isFinite(a)) continue;
-    const t = pairs.pairTopic[p]!;
-    avail[t]![availCount[t]!++] = a;
-    const s = pairs.settleNs[p]!;
-    if (Number.isFinite(s)) settle[t]![settleCount[t]!++] = Math.max(a, s);
-  }
-  for (const a of avail) sortTimes(a);
-  for (const a of settle) sortTimes(a);
-  for (const a of delivered) sortTimes(a);
   const silenceMs: Array<number | null> = faults.map((f) => {
     if (!DISRUPTING.has(f.kind) || !Number.isFinite(f.endNs)) return null;
     const t0 = f.endNs;
+    const k = lowerBound(ends, t0);
     let best = Infinity;
     for (let t = 0; t < nTopics; t++) {
-      const unsettled = countAtMost(avail[t]!, t0) - countAtMost(settle[t]!, t0);
-      if (unsettled <= 0) continue;
-      const d = delivered[t]!;
-      const i = lowerBound(d, t0);
-      if (i < d.length && d[i]! - t0 < best) best = d[i]! - t0;
+      if (unsettledAt[t * nEnds + k]! <= 0) continue;
+      const first = firstAt[t * nEnds + k]!;
+      if (first - t0 < best) best = first - t0;
     }
     return Number.isFinite(best) ? round3(best / MS) : null;
   });

@@ -77,15 +77,15 @@ const F_NAME_OF: Record<number, OpName> = {
 };
 
 // The writer's line layout, matched literally first: most lines of most histories take it.
-const L_INDEX = lit('{"index":');
-const L_TIME = lit(',"time_ns":');
-const L_PROCESS = lit(',"process":"');
-const L_TYPE = lit('","type":"');
-const L_INVOKE = lit('invoke","f":"');
-const L_OK = lit('ok","f":"');
-const L_FAIL = lit('fail","f":"');
-const L_INFO = lit('info","f":"');
-const L_VALUE = lit('","value":{');
+const L_INDEX = lit32('{"index":');
+const L_TIME = lit32(',"time_ns":');
+const L_PROCESS = lit32(',"process":"');
+const L_TYPE = lit32('","type":"');
+const L_INVOKE = lit32('invoke","f":"');
+const L_OK = lit32('ok","f":"');
+const L_FAIL = lit32('fail","f":"');
+const L_INFO = lit32('info","f":"');
+const L_VALUE = lit32('","value":{');
 const L_PRODUCE = lit("produce");
 const L_CONSUME = lit("consume");
 const L_EXTEND = lit("extend");
@@ -97,6 +97,33 @@ function isLit(b: Buffer, p: number, n: number, l: Uint8Array): boolean {
   if (n !== l.length) return false;
   for (let i = 0; i < n; i++) if (b[p + i] !== l[i]) return false;
   return true;
+}
+
+/** A literal as little-endian 32-bit words and its tail bytes, to compare four bytes at a time. */
+interface Lit32 {
+  readonly n: number;
+  readonly words: Uint32Array;
+  readonly bytes: Uint8Array;
+}
+
+function lit32(text: string): Lit32 {
+  const bytes = lit(text);
+  const words = new Uint32Array(bytes.length >> 2);
+  for (let i = 0; i < words.length; i++) {
+    words[i] = (bytes[4 * i]! | (bytes[4 * i + 1]! << 8) | (bytes[4 * i + 2]! << 16) | (bytes[4 * i + 3]! << 24)) >>> 0;
+  }
+  return { n: bytes.length, words, bytes };
+}
+
+/** Past the literal at p (dv: a view of b's bytes), or -1: litAt, a word at a time. */
+function lit32At(dv: DataView, b: Buffer, p: number, end: number, l: Lit32): number {
+  const n = l.n;
+  if (p + n > end) return -1;
+  const w = l.words;
+  const nw = w.length;
+  for (let i = 0; i < nw; i++) if (dv.getUint32(p + 4 * i, true) !== w[i]) return -1;
+  for (let i = nw * 4; i < n; i++) if (b[p + i] !== l.bytes[i]) return -1;
+  return p + n;
 }
 
 /** The FNV-1a hash of the last string strAt scanned (a scalar out-parameter: no allocation). */
@@ -565,40 +592,53 @@ export class FastScanner implements LineSink {
     }
   }
 
+  /** The buffer `dv` views: lines of one chunk share one view. */
+  private dvOf: Buffer | null = null;
+  private dv: DataView = new DataView(new ArrayBuffer(8));
+
+  private viewOf(b: Buffer): DataView {
+    if (b !== this.dvOf) {
+      this.dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+      this.dvOf = b;
+    }
+    return this.dv;
+  }
+
   /**
    * The writer's exact layout, with no whitespace: false when the line has another layout (then
    * the general scan runs). One pass with the keys and names matched as literals in place.
    */
   private template(b: Buffer, start: number, end: number): boolean {
-    let p = litAt(b, start, end, L_INDEX);
+    const dv = this.viewOf(b);
+    let p = lit32At(dv, b, start, end, L_INDEX);
     if (p < 0) return false;
     p = uintAt(b, p, end);
     if (p < 0) return false;
     this.index = uintOut[0]!;
-    p = litAt(b, p, end, L_TIME);
+    p = lit32At(dv, b, p, end, L_TIME);
     if (p < 0) return false;
     p = uintAt(b, p, end);
     if (p < 0) return false;
     this.timeNs = uintOut[0]!;
-    p = litAt(b, p, end, L_PROCESS);
+    p = lit32At(dv, b, p, end, L_PROCESS);
     if (p < 0) return false;
     const pe = strAt(b, p, end);
     if (pe <= p) return false;
     this.procStart = p;
     this.procEnd = pe;
     this.procHash = scratchHash;
-    p = litAt(b, pe, end, L_TYPE);
+    p = lit32At(dv, b, pe, end, L_TYPE);
     if (p < 0) return false;
     const c = b[p];
     if (c === 0x6f) {
       this.type = T_OK;
-      p = litAt(b, p, end, L_OK);
+      p = lit32At(dv, b, p, end, L_OK);
     } else if (c === 0x69) {
       this.type = b[p + 2] === 0x76 ? T_INVOKE : T_INFO;
-      p = litAt(b, p, end, this.type === T_INVOKE ? L_INVOKE : L_INFO);
+      p = lit32At(dv, b, p, end, this.type === T_INVOKE ? L_INVOKE : L_INFO);
     } else if (c === 0x66) {
       this.type = T_FAIL;
-      p = litAt(b, p, end, L_FAIL);
+      p = lit32At(dv, b, p, end, L_FAIL);
     } else return false;
     if (p < 0) return false;
     const fe = strAt(b, p, end);
@@ -611,7 +651,7 @@ export class FastScanner implements LineSink {
     else if (n === 4) this.f = isLit(b, p, 4, L_NACK) ? F_NACK : -1;
     else return false;
     if (this.f < 0) return false;
-    p = litAt(b, fe, end, L_VALUE);
+    p = lit32At(dv, b, fe, end, L_VALUE);
     if (p < 0) return false;
     p = this.valueTight(b, p, end);
     return p >= 0 && p + 1 === end && b[p] === RBRACE;

@@ -49,3 +49,47 @@ export function sortTimes(a: Float64Array): Float64Array {
   if (src !== words) words.set(src);
   return a;
 }
+
+/**
+ * The element a sorted copy of a[from, to) would hold at index k (from ≤ k < to), found by
+ * selection: a's elements in [from, to) are reordered, none lost. Quickselect with a
+ * median-of-three pivot; a range that keeps shrinking too slowly is sorted instead, so the worst
+ * case stays n log n. For numbers without NaN it answers what sortTimes would put there.
+ */
+export function selectRank(a: Float64Array, k: number, from: number, to: number): number {
+  let lo = from;
+  let hi = to - 1;
+  let budget = 2 * (32 - Math.clz32(Math.max(1, to - from))) + 8;
+  while (hi > lo) {
+    if (budget-- === 0 || hi - lo < 16) {
+      sortTimes(a.subarray(lo, hi + 1));
+      return a[k]!;
+    }
+    const mid = (lo + hi) >>> 1;
+    // Median of three at lo, mid, hi, left at mid.
+    if (a[mid]! < a[lo]!) swap(a, mid, lo);
+    if (a[hi]! < a[lo]!) swap(a, hi, lo);
+    if (a[hi]! < a[mid]!) swap(a, hi, mid);
+    const pivot = a[mid]!;
+    // Hoare partition: [lo, j] ≤ pivot ≤ [j + 1, hi].
+    let i = lo - 1;
+    let j = hi + 1;
+    for (;;) {
+      do i++;
+      while (a[i]! < pivot);
+      do j--;
+      while (a[j]! > pivot);
+      if (i >= j) break;
+      swap(a, i, j);
+    }
+    if (k <= j) hi = j;
+    else lo = j + 1;
+  }
+  return a[k]!;
+}
+
+function swap(a: Float64Array, i: number, j: number): void {
+  const t = a[i]!;
+  a[i] = a[j]!;
+  a[j] = t;
+}
