@@ -130,8 +130,8 @@ function judgeWithHoles(named: Named, from: number, offs: number[], report: (nam
  * Per replay op: the highest offset of its partition seen before the replay began, and the op
  * that showed it (-1, -1 for none). Operations come in invoke order and a sighting counts from its
  * completion, so pending sightings wait in a min-heap by completion time (value: the op, aux: the
- * offset); before each replay, those completed earlier are folded into a running maximum per
- * partition. Memory: the operations open at once.
+ * offset); before each operation, those completed before its invoke are folded into a running
+ * maximum per partition, read at each replay. Memory: the operations open at once.
  */
 function highestSeenBefore(run: RunData): Map<number, { offset: number; op: number }> {
   const ops = run.ops;
@@ -145,23 +145,25 @@ function highestSeenBefore(run: RunData): Map<number, { offset: number; op: numb
   const knownBefore = new Map<number, { offset: number; op: number }>();
   for (let op = 0; op < ops.length; op++) {
     const f = ops.f[op]!;
-    if (f === F_REPLAY) {
-      const t = ops.invNs[op]!;
-      while (sightings.size > 0 && sightings.peekKey() < t) {
-        const sk = sightings.peekValue()!;
-        const offset = sightings.peekAux();
-        sightings.pop();
-        const k = keyOf(ops.topic[sk]!, ops.partition[sk]!);
-        const slot = slotOf.get(k);
-        if (slot === undefined) {
-          slotOf.set(k, maxOffset.length);
-          maxOffset.push(offset);
-          maxOp.push(sk);
-        } else if (offset > maxOffset[slot]!) {
-          maxOffset[slot] = offset;
-          maxOp[slot] = sk;
-        }
+    // Invokes come in time order, so a sighting completed before this one's invoke counts for
+    // every replay from here on: fold it now, which keeps the heap to the operations open at once.
+    const t = ops.invNs[op]!;
+    while (sightings.size > 0 && sightings.peekKey() < t) {
+      const sk = sightings.peekValue()!;
+      const offset = sightings.peekAux();
+      sightings.pop();
+      const k = keyOf(ops.topic[sk]!, ops.partition[sk]!);
+      const slot = slotOf.get(k);
+      if (slot === undefined) {
+        slotOf.set(k, maxOffset.length);
+        maxOffset.push(offset);
+        maxOp.push(sk);
+      } else if (offset > maxOffset[slot]!) {
+        maxOffset[slot] = offset;
+        maxOp[slot] = sk;
       }
+    }
+    if (f === F_REPLAY) {
       const slot = slotOf.get(keyOf(ops.topic[op]!, ops.partition[op]!));
       knownBefore.set(op, slot === undefined ? { offset: -1, op: -1 } : { offset: maxOffset[slot]!, op: maxOp[slot]! });
     }
