@@ -45,3 +45,30 @@ export function litAt(b: Uint8Array, p: number, end: number, l: Uint8Array): num
 export function lit(text: string): Uint8Array {
   return Uint8Array.from(text, (c) => c.charCodeAt(0));
 }
+
+/** A literal as little-endian 32-bit words and its tail bytes, to compare four bytes at a time. */
+export interface Lit32 {
+  readonly n: number;
+  readonly words: Uint32Array;
+  readonly bytes: Uint8Array;
+}
+
+export function lit32(text: string): Lit32 {
+  const bytes = lit(text);
+  const words = new Uint32Array(bytes.length >> 2);
+  for (let i = 0; i < words.length; i++) {
+    words[i] = (bytes[4 * i]! | (bytes[4 * i + 1]! << 8) | (bytes[4 * i + 2]! << 16) | (bytes[4 * i + 3]! << 24)) >>> 0;
+  }
+  return { n: bytes.length, words, bytes };
+}
+
+/** Past the literal at p (dv: a view of b's bytes), or -1: litAt, a word at a time. */
+export function lit32At(dv: DataView, b: Uint8Array, p: number, end: number, l: Lit32): number {
+  const n = l.n;
+  if (p + n > end) return -1;
+  const w = l.words;
+  const nw = w.length;
+  for (let i = 0; i < nw; i++) if (dv.getUint32(p + 4 * i, true) !== w[i]) return -1;
+  for (let i = nw * 4; i < n; i++) if (b[p + i] !== l.bytes[i]) return -1;
+  return p + n;
+}

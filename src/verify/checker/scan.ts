@@ -18,7 +18,7 @@ import { open, type FileHandle } from "node:fs/promises";
 import { acceptLine, HistoryReadError, LINE_BYTES_MAX, LineSplitter, sourceChunks, type HistorySource, type LineSink } from "../history/reader.js";
 import { HistoryFormatError, HistoryValidator, LineProblem } from "../history/validate.js";
 import type { EventType, OpName } from "../history/types.js";
-import { lit, litAt, uintAt, uintOut } from "./json-bytes.js";
+import { lit, lit32, lit32At, litAt, uintAt, uintOut } from "./json-bytes.js";
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -97,33 +97,6 @@ function isLit(b: Buffer, p: number, n: number, l: Uint8Array): boolean {
   if (n !== l.length) return false;
   for (let i = 0; i < n; i++) if (b[p + i] !== l[i]) return false;
   return true;
-}
-
-/** A literal as little-endian 32-bit words and its tail bytes, to compare four bytes at a time. */
-interface Lit32 {
-  readonly n: number;
-  readonly words: Uint32Array;
-  readonly bytes: Uint8Array;
-}
-
-function lit32(text: string): Lit32 {
-  const bytes = lit(text);
-  const words = new Uint32Array(bytes.length >> 2);
-  for (let i = 0; i < words.length; i++) {
-    words[i] = (bytes[4 * i]! | (bytes[4 * i + 1]! << 8) | (bytes[4 * i + 2]! << 16) | (bytes[4 * i + 3]! << 24)) >>> 0;
-  }
-  return { n: bytes.length, words, bytes };
-}
-
-/** Past the literal at p (dv: a view of b's bytes), or -1: litAt, a word at a time. */
-function lit32At(dv: DataView, b: Buffer, p: number, end: number, l: Lit32): number {
-  const n = l.n;
-  if (p + n > end) return -1;
-  const w = l.words;
-  const nw = w.length;
-  for (let i = 0; i < nw; i++) if (dv.getUint32(p + 4 * i, true) !== w[i]) return -1;
-  for (let i = nw * 4; i < n; i++) if (b[p + i] !== l.bytes[i]) return -1;
-  return p + n;
 }
 
 /** The FNV-1a hash of the last string strAt scanned (a scalar out-parameter: no allocation). */
