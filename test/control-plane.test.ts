@@ -541,9 +541,23 @@ test("a node cut off from PostgreSQL fences itself before anyone sees it down; a
     try {
       await holder.query("BEGIN");
       await holder.query("SELECT 1 FROM narad.topics WHERE name = 't' FOR UPDATE");
-      const update = a.updateTopic("t", { retention_ms: 5 });
-      update.catch(() => undefined);
-      await waitFor("the update waits on the row lock", async () => (await holder.query("SELECT 1 FROM pg_stat_activity WHERE application_name = 'narad a' AND datname = current_database() AND wait_event_type = 'Lock'")).rows.length === 1);
+      // The update gives up on the lock after statementTimeoutMs (1.5 s, which the cut below
+      // needs short); on a loaded machine that can come before this test sees it waiting, so an
+      // update that gave up is sent again until one is seen waiting.
+      const waitingOnLock = "SELECT 1 FROM pg_stat_activity WHERE application_name = 'narad a' AND datname = current_database() AND wait_event_type = 'Lock'";
+      let settled = false;
+      const send = () => {
+        settled = false;
+        const u = a.updateTopic("t", { retention_ms: 5 });
+        u.then(() => (settled = true), () => (settled = true));
+        return u;
+      };
+      let update = send();
+      await waitFor("the update waits on the row lock", async () => {
+        if ((await holder.query(waitingOnLock)).rows.length >= 1) return true;
+        if (settled) update = send();
+        return false;
+      }, 15_000);
       proxy.setToxic("both", { kind: "reset" });
       await assert.rejects(update, (e) => e instanceof ControlPlaneUnavailable);
       proxy.removeToxic("both", "reset");

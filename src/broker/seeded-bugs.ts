@@ -29,7 +29,7 @@ export const SEEDED_BUGS = {
   "copy-cursors-not-persisted": "child copy cursors reach the disk only on attach and graceful stop, so a kill makes children copy everything again",
   // Replicated partitions (their hooks are src/cluster/replication/faults.ts; fenced-leader-answers is the
   // control plane's option ownsWithoutLease, src/cluster/control-plane/options.ts).
-  "follower-ack-before-fsync": "a follower answers the leader's append at once and syncs its log on a one-second timer (JetStream's sync_interval), so a quorum 202 may rest on copies a power loss takes back",
+  "follower-ack-before-fsync": "a follower answers the leader's append at once and syncs its log on a five-second timer (JetStream's sync_interval, two minutes by default), so a quorum 202 may rest on copies a power loss takes back",
   "elect-incomplete-follower": "a failover promotes the first live follower, whether or not it holds every acknowledged record",
   "fenced-leader-answers": "a leader whose lease lapsed trusts its cached view and goes on serving: leases, acks and 202s (the owner check skips the lease deadline)",
   "acks-not-replicated": "acks stay on the leader: a failover redelivers every message acked on the old leader",
