@@ -385,6 +385,27 @@ test("stream: a connection idle past stream.idle_timeout_ms gets GOAWAY stream_i
   });
 });
 
+test("stream: the SDK writes a long turn of calls in chunks; every call resolves with its own offset, in call order on the partition, and reads back as sent", async () => {
+  await withNode({}, async (n) => {
+    const c = new Narad({ url: n.url });
+    await c.createTopic({ name: "turn", partitions: 1 });
+    const sdk = new Narad({ url: n.url, transport: "stream" });
+    try {
+      await sdk.produce("turn", "open the connection");
+      // 400 calls of about 1 KiB in one turn: about 13 chunks of 32 KiB leave while the turn goes on.
+      const bodies = Array.from({ length: 400 }, (_, i) => `${String(i).padStart(4, "0")}-${"x".repeat(1019)}`);
+      const results = await Promise.all(bodies.map((b) => sdk.produce("turn", b)));
+      const offsets = results.map((r) => r.offset);
+      assert.deepEqual(offsets, offsets.map((_, i) => offsets[0]! + i), "offsets follow call order, none shared or skipped");
+      const all = await readAll(c, "turn", 1);
+      assert.deepEqual([...all.values()].slice(1), bodies);
+    } finally {
+      await sdk.close();
+      await c.close();
+    }
+  });
+});
+
 test("stream: past limits.stream_connections a handshake is refused 429 too_many_streams with Retry-After (the JSON body); a slot freed is taken again", async () => {
   await withNode({ env: { NARAD_LIMITS_STREAM_CONNECTIONS: "2" } }, async (n) => {
     const c = new Narad({ url: n.url });

@@ -99,10 +99,25 @@ function writeHeader(b: Buffer, at: number, length: number, type: number, flags:
 export function encodeProduce(id: number, topic: string, key: string | null, payload: Uint8Array, producer?: { id: Buffer; sequence: bigint }): Buffer {
   const topicBytes = Buffer.byteLength(topic);
   const keyBytes = key === null ? 0 : Buffer.byteLength(key);
-  const attrBytes = producer === undefined ? 0 : PRODUCER_FIELD_BYTES;
-  const total = 4 + FRAME_HEADER_BYTES - 4 + 1 + topicBytes + 2 + keyBytes + 1 + attrBytes + payload.length;
-  const b = Buffer.allocUnsafe(total);
-  let at = writeHeader(b, 0, total - 4, FRAME.produce, 0, id);
+  const b = Buffer.allocUnsafe(produceFrameBytes(topicBytes, keyBytes, payload.length, producer !== undefined));
+  writeProduce(b, 0, id, topic, topicBytes, key, keyBytes, payload, producer);
+  return b;
+}
+
+/** A PRODUCE frame's size, length field included, from its parts' byte lengths. */
+export function produceFrameBytes(topicBytes: number, keyBytes: number, payloadBytes: number, withProducer: boolean): number {
+  return 4 + FRAME_HEADER_BYTES - 4 + 1 + topicBytes + 2 + keyBytes + 1 + (withProducer ? PRODUCER_FIELD_BYTES : 0) + payloadBytes;
+}
+
+/**
+ * Writes a PRODUCE frame at `at` of `b`, which must have room (produceFrameBytes); `topicBytes`
+ * and `keyBytes` are the UTF-8 lengths of `topic` and `key` (0 for no key). Returns the end. A
+ * sender that writes many frames at once writes them into one buffer this way, with no buffer
+ * of its own per frame.
+ */
+export function writeProduce(b: Buffer, at: number, id: number, topic: string, topicBytes: number, key: string | null, keyBytes: number, payload: Uint8Array, producer?: { id: Buffer; sequence: bigint }): number {
+  const total = produceFrameBytes(topicBytes, keyBytes, payload.length, producer !== undefined);
+  at = writeHeader(b, at, total - 4, FRAME.produce, 0, id);
   b[at++] = topicBytes;
   at += b.write(topic, at, "utf8");
   b.writeUInt16BE(key === null ? NO_KEY : keyBytes, at);
@@ -115,7 +130,7 @@ export function encodeProduce(id: number, topic: string, key: string | null, pay
     at += PRODUCER_FIELD_BYTES;
   }
   b.set(payload, at);
-  return b;
+  return at + payload.length;
 }
 
 /** Why a frame's body could not be read: answered by its id with ERROR bad_request. */
@@ -306,18 +321,33 @@ export class FrameReader {
 
   /** The next whole frame (a view into the received bytes, length field included), or null. */
   next(): Buffer | null {
-    const avail = this.buf.length - this.at;
-    if (avail < 4) return null;
-    const len = this.buf.readUInt32BE(this.at);
+    const at = this.nextAt();
+    return at < 0 ? null : this.buf.subarray(at, this.at);
+  }
+
+  /**
+   * Where the next whole frame starts in `bytes` (its length field at that offset; it ends
+   * where the following one starts), or -1 when none is whole yet. For a reader that takes its
+   * fields in place, with no view per frame; `bytes` is valid until the next push.
+   */
+  nextAt(): number {
+    const at = this.at;
+    const avail = this.buf.length - at;
+    if (avail < 4) return -1;
+    const len = this.buf.readUInt32BE(at);
     if (len < FRAME_HEADER_BYTES - 4) throw new FrameError(`a frame's length field says ${len}; a frame has at least ${FRAME_HEADER_BYTES - 4} bytes after it`);
     if (len + 4 > this.frameBytesMax) {
-      if (avail < FRAME_HEADER_BYTES) return null; // wait for the id, to answer it
-      throw new OversizeFrame(this.buf.readUInt32BE(this.at + 8), len + 4);
+      if (avail < FRAME_HEADER_BYTES) return -1; // wait for the id, to answer it
+      throw new OversizeFrame(this.buf.readUInt32BE(at + 8), len + 4);
     }
-    if (avail < len + 4) return null;
-    const f = this.buf.subarray(this.at, this.at + 4 + len);
-    this.at += 4 + len;
-    return f;
+    if (avail < len + 4) return -1;
+    this.at = at + 4 + len;
+    return at;
+  }
+
+  /** The bytes nextAt's offsets point into. */
+  get bytes(): Buffer {
+    return this.buf;
   }
 }
 
