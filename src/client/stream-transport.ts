@@ -1,7 +1,8 @@
 // The SDK's streaming transport (`transport: "stream"`): produce() over one long-lived
 // connection upgraded from the node's HTTP port (docs/api.md, "Streaming protocol"; byte layout
-// in src/protocol/stream.ts). Frames are pipelined: calls made in the same tick leave in one
-// socket write, each with its own id, and each resolves or rejects with its own answer frame.
+// in src/protocol/stream.ts). Frames are pipelined: calls made in the same tick leave together
+// (in writes of WRITE_CHUNK_BYTES or so), each with its own id, and each resolves or rejects with
+// its own answer frame.
 //
 // Design notes
 // - Credit: the node names the connection's byte credit at the handshake and gives bytes back in
