@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { removeDir, tempDir } from "./harness.js";
 import { startPostgres, type TestPostgres } from "./support/postgres.js";
 import { WorkloadRuns } from "./support/workload-runs.js";
-import { calibrate, formatCalibrationTable, ISSUE14_CALIBRATION_CASES, runWorkload } from "../src/verify/workloads/index.js";
+import { calibrate, calibrationFailures, formatCalibrationTable, ISSUE14_CALIBRATION_CASES, runWorkload } from "../src/verify/workloads/index.js";
 
 const SEED = process.env.NARAD_TEST_SEED !== undefined ? Number(process.env.NARAD_TEST_SEED) : 20261202;
 
@@ -57,7 +57,8 @@ describe("issue 14 workloads", { timeout: 600_000 }, () => {
     assert.deepEqual(
       failed.map((r) => `${r.case.bug ?? "correct"}/${r.case.config}`),
       [],
-      `calibration (runs kept in ${dir}):\n${formatCalibrationTable(rows)}`,
+      // The failed rows lead the message: a long table is cut in CI's excerpt.
+      `${calibrationFailures(rows).join("\n")}\ncalibration (runs kept in ${dir}):\n${formatCalibrationTable(rows)}`,
     );
     await removeDir(dir);
   });

@@ -296,6 +296,8 @@ export interface CalibrationRow {
   pass: boolean;
   /** Why it failed, when it did. */
   reason: string | null;
+  /** Why its first run could not happen, when the row was run again (see calibrate()). */
+  retried: string | null;
   outDir: string;
   durationMs: number;
 }
@@ -346,25 +348,37 @@ export async function calibrate(opts: CalibrationOptions): Promise<CalibrationRo
     const c = cases[i]!;
     opts.onRowStart?.(c, i, cases.length);
     const outDir = join(opts.outDir, `${String(i + 1).padStart(2, "0")}-${c.config}-${c.bug ?? "correct"}`);
-    let r: RunResult;
-    try {
-      r = await runWorkload({
+    const run = (dir: string) =>
+      runWorkload({
         ...c.options,
         workload: c.workload,
-        outDir,
+        outDir: dir,
         seed,
         durationS: opts.durationS ?? c.options.durationS ?? CALIBRATION_DURATION_S,
         bugs: c.bug === null ? [] : [c.bug],
         ...(opts.signal ? { signal: opts.signal } : {}),
         ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
       });
-    } catch (e) {
-      // A run that could not happen is a failed row, not a crashed table.
-      const out: CalibrationRow = { case: c, seed, verdict: null, anomalies: {}, unknowns: {}, pass: false, reason: `the run failed: ${(e as Error).message.split("\n")[0]}`, outDir, durationMs: 0 };
-      rows.push(out);
-      opts.onRow?.(out);
-      continue;
+    let r: RunResult | null = null;
+    let retried: string | null = null;
+    // A run that could not happen (its nodes or workers did not start: nothing was judged) is
+    // run once more, in a directory of its own, and the row says so; a verdict is never re-run.
+    for (let attempt = 0; attempt < 2 && r === null; attempt++) {
+      try {
+        r = await run(attempt === 0 ? outDir : `${outDir}-again`);
+      } catch (e) {
+        const why = (e as Error).message.split("\n")[0]!;
+        if (attempt === 0 && !opts.signal?.aborted) {
+          retried = why;
+          continue;
+        }
+        // A run that could not happen twice is a failed row, not a crashed table.
+        const out: CalibrationRow = { case: c, seed, verdict: null, anomalies: {}, unknowns: {}, pass: false, reason: `the run failed: ${why}`, retried, outDir, durationMs: 0 };
+        rows.push(out);
+        opts.onRow?.(out);
+      }
     }
+    if (r === null) continue;
     const { pass, reason } = judgeRow(c, r);
     const out: CalibrationRow = {
       case: c,
@@ -374,7 +388,8 @@ export async function calibrate(opts: CalibrationOptions): Promise<CalibrationRo
       unknowns: (r.report?.unknownCounts ?? {}) as Record<string, number>,
       pass,
       reason,
-      outDir,
+      retried,
+      outDir: retried !== null ? `${outDir}-again` : outDir,
       durationMs: r.durationMs,
     };
     rows.push(out);
@@ -398,6 +413,13 @@ function actualText(r: CalibrationRow): string {
 }
 
 /** The table as text: bug, workload, expected, actual, PASS/FAIL, and why a row failed. */
+/** One line per failed row: the bug, the workload, why it failed, its seed and its run's directory. */
+export function calibrationFailures(rows: readonly CalibrationRow[]): string[] {
+  return rows
+    .filter((r) => !r.pass)
+    .map((r) => `FAIL ${r.case.bug ?? "(correct build)"} / ${r.case.config}: ${r.reason ?? ""} (seed ${r.seed}, ${r.outDir})`);
+}
+
 export function formatCalibrationTable(rows: readonly CalibrationRow[]): string {
   const head = ["bug", "workload", "expected", "actual", "result", "time"];
   const body = rows.map((r) => [
@@ -411,7 +433,8 @@ export function formatCalibrationTable(rows: readonly CalibrationRow[]): string 
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
   const out = [line(head), line(widths.map((w) => "-".repeat(w))), ...body.map(line)];
-  for (const r of rows) if (!r.pass) out.push(`  FAIL ${r.case.bug ?? "(correct build)"} / ${r.case.config}: ${r.reason ?? ""} (seed ${r.seed}, ${r.outDir})`);
+  out.push(...calibrationFailures(rows).map((f) => `  ${f}`));
+  for (const r of rows) if (r.retried !== null) out.push(`  run again: ${r.case.bug ?? "(correct build)"} / ${r.case.config}: the first run could not happen: ${r.retried}`);
   const failed = rows.filter((r) => !r.pass).length;
   out.push(failed === 0 ? `calibration: all ${rows.length} rows pass` : `calibration: ${failed} of ${rows.length} rows FAIL`);
   return out.join("\n");

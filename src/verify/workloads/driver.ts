@@ -940,7 +940,19 @@ function workerSpecs(s: RunState): WorkerSpec[] {
 
 async function startLoad(s: RunState): Promise<void> {
   for (const spec of workerSpecs(s)) s.workers.push(spawnWorker(spec, s.record, () => s.writer!, s.findings));
-  await withDeadline(Promise.all(s.workers.map((w) => w.ready)), RUN_LIMITS.workerReadyTimeoutMs, "worker processes did not start");
+  const notReady = new Set(s.workers);
+  for (const w of s.workers) void w.ready.then(() => notReady.delete(w), () => undefined);
+  try {
+    await withDeadline(Promise.all(s.workers.map((w) => w.ready)), RUN_LIMITS.workerReadyTimeoutMs, "not every worker was ready");
+  } catch (e) {
+    // Say which did not, and what each printed or how it ended: a bare timeout cannot be read later.
+    const which = [...notReady].map((w) => {
+      const st = w.child.exitCode !== null ? `exited ${w.child.exitCode}` : w.child.signalCode !== null ? `killed by ${w.child.signalCode}` : `running (pid ${w.child.pid ?? "none"})`;
+      const tail = w.stderrTail().trim().slice(-300).replace(/\s*\n\s*/g, " | ");
+      return `worker ${w.index} (${w.spec.role.role}) ${st}${tail !== "" ? `: ${tail}` : ""}`;
+    });
+    throw new Error(`worker processes did not start: ${(e as Error).message}; ${notReady.size} of ${s.workers.length} not ready: ${which.join("; ")}`);
+  }
 }
 
 // ---- faults: the nemesis, or load cycles with faults in quiet windows ----
@@ -1279,7 +1291,12 @@ function spawnWorker(spec: WorkerSpec, record: RunRecorder, writer: () => Histor
   child.stderr!.on("data", keep);
   const mine = new Set(spec.processes.flatMap((p) => [p, ackProcess(p)]));
   let resolveReady!: () => void;
-  const ready = new Promise<void>((r) => (resolveReady = r));
+  let rejectReady!: (e: Error) => void;
+  const ready = new Promise<void>((resolve, reject) => {
+    resolveReady = resolve;
+    rejectReady = reject;
+  });
+  ready.catch(() => undefined);
   let stopped = false;
   let stoppedError: string | undefined;
   const send = (m: DriverMessage) => {
@@ -1343,8 +1360,10 @@ function spawnWorker(spec: WorkerSpec, record: RunRecorder, writer: () => Histor
       }
     });
   });
-  void exited.then(() => {
+  void exited.then(({ code, signal }) => {
     for (const w of gatedWaiters.splice(0)) w();
+    // A worker gone before it was ready never will be: fail the start now, with what it printed.
+    rejectReady(new Error(`a worker exited (code ${code}, signal ${signal}) before it was ready`));
   });
   const gate = (open: boolean): Promise<void> => {
     if (!child.connected) return Promise.resolve();

@@ -15,6 +15,6 @@ export {
 export { NextWaveUnsupported } from "./next-wave.js";
 export { WORKLOADS, WORKLOAD_NAMES, NEXT_WAVE_WORKLOADS, CHILD_DELAY_MS, CHILDREN_CYCLE, isWorkloadName, type WorkloadName, type WorkloadProfile, type ChildProfile } from "./workloads.js";
 export { LoadCycle, type CycleSpec } from "./cycle.js";
-export { calibrate, CALIBRATION_CASES, ISSUE14_CALIBRATION_CASES, formatCalibrationTable, type CalibrationCase, type CalibrationRow, type CalibrationOptions } from "./calibrate.js";
+export { calibrate, CALIBRATION_CASES, ISSUE14_CALIBRATION_CASES, formatCalibrationTable, calibrationFailures, type CalibrationCase, type CalibrationRow, type CalibrationOptions } from "./calibrate.js";
 export { encodePayload, decodePayload } from "./ops.js";
 export { deriveSeed } from "./roles.js";

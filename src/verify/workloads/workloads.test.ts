@@ -11,7 +11,7 @@ import { Gate, deriveSeed, pickBehaviour, Stopper } from "./roles.js";
 import { LoadCycle, type CycleSpec } from "./cycle.js";
 import { RunTracker } from "./tracker.js";
 import { CHILDREN_CYCLE, WORKLOADS, WORKLOAD_NAMES } from "./workloads.js";
-import { CALIBRATION_CASES, formatCalibrationTable, type CalibrationRow } from "./calibrate.js";
+import { CALIBRATION_CASES, calibrationFailures, formatCalibrationTable, type CalibrationRow } from "./calibrate.js";
 
 describe("payloads", () => {
   test("the message id comes back from payloads of any size", () => {
@@ -151,7 +151,7 @@ describe("tables", () => {
     for (const c of CALIBRATION_CASES) if (c.bug !== null) assert.ok(c.expect.anomaly !== null, `${c.bug} names its anomaly`);
   });
   test("the table marks failing rows and says why", () => {
-    const row = (pass: boolean): CalibrationRow => ({
+    const row = (pass: boolean, retried: string | null = null): CalibrationRow => ({
       case: CALIBRATION_CASES[1]!,
       seed: 3,
       verdict: pass ? "invalid" : "valid",
@@ -159,13 +159,17 @@ describe("tables", () => {
       unknowns: {},
       pass,
       reason: pass ? null : "expected invalid",
+      retried,
       outDir: "/tmp/x",
       durationMs: 1234,
     });
-    const text = formatCalibrationTable([row(true), row(false)]);
+    const rows = [row(true), row(false), row(true, "worker processes did not start")];
+    const text = formatCalibrationTable(rows);
     assert.match(text, /PASS/);
     assert.match(text, /FAIL acks-not-persisted \/ chaos-terminate: expected invalid \(seed 3, \/tmp\/x\)/);
-    assert.match(text, /1 of 2 rows FAIL/);
+    assert.match(text, /1 of 3 rows FAIL/);
+    assert.match(text, /run again: acks-not-persisted \/ chaos-terminate: the first run could not happen: worker processes did not start/);
+    assert.deepEqual(calibrationFailures(rows), ["FAIL acks-not-persisted / chaos-terminate: expected invalid (seed 3, /tmp/x)"]);
   });
 });
 
