@@ -1106,12 +1106,21 @@ export class Broker {
 
   /** Settles receipt handles; one status per handle, in order. */
   settle(topicName: string, handles: string[], action: SettleAction): SettleStatus[] {
+    return this.settleIn(topicName, handles, action, null);
+  }
+
+  /** settle(), adding to `touched` the partitions whose handles answered 204. */
+  private settleIn(topicName: string, handles: string[], action: SettleAction, touched: Set<Partition> | null): SettleStatus[] {
     const t = this.settling(topicName, action);
     const fields = this.codec.verify(t.meta.incarnation, handles);
     const now = this.opts.clock.monoMs();
     const c = this.countsOf(t);
     const out = new Array<SettleStatus>(fields.length);
-    for (let i = 0; i < fields.length; i++) out[i] = this.settleHandle(t, fields[i]!, action, now, c);
+    for (let i = 0; i < fields.length; i++) {
+      const f = fields[i]!;
+      out[i] = this.settleHandle(t, f, action, now, c);
+      if (touched !== null && out[i] === 204) touched.add(t.partitions[f!.partition]!);
+    }
     this.settled(t);
     return out;
   }
@@ -1123,8 +1132,11 @@ export class Broker {
    * extends and nacks answer at once and reach the disk on the ack log's schedule (docs/contract.md).
    */
   async settleDurable(topicName: string, handles: string[], action: SettleAction): Promise<SettleStatus[]> {
-    const out = this.settle(topicName, handles, action);
-    if (action === "dead_letter" && out.includes(204)) await Promise.all(this.topic(topicName).open().map((p) => p.acks.flushAndSync()));
+    if (action !== "dead_letter") return this.settle(topicName, handles, action);
+    // Only the ack logs of the partitions whose asks were taken: the others have nothing to promise.
+    const touched = new Set<Partition>();
+    const out = this.settleIn(topicName, handles, action, touched);
+    await Promise.all([...touched].map((p) => p.acks.flushAndSync()));
     return out;
   }
 
