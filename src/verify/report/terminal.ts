@@ -8,8 +8,10 @@ import type { Report } from "../checker/types.js";
 const ANOMALY_LINES_MAX = 10;
 const UNKNOWN_LINES_MAX = 5;
 
+/** An integer with thousands separators, as en-US writes it (toLocaleString's first call loads ICU's number formats: ~25 ms). */
 function n(v: number): string {
-  return v.toLocaleString("en-US");
+  if (!Number.isSafeInteger(v)) return v.toLocaleString("en-US");
+  return String(v).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
 }
 
 /** Milliseconds as a short human duration. */
