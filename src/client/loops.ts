@@ -64,8 +64,9 @@ export interface ProcessOptions {
   concurrency?: number;
   /**
    * Told of a handler that threw (its message was nacked) and of an ack the server refused
-   * (NaradGoneError: the lease lapsed first, so the message may come back; or, when the poll the
-   * ack rode on failed and was retried, the first ack landed: a 410 does not say which).
+   * (NaradGoneError: the lease lapsed first, so the message may come back). A 410 on the retry of
+   * a poll that failed ambiguously with the ack on it is not told: the first try may have landed,
+   * and either way there is nothing to do (a lapsed message comes back as any lapsed one does).
    * Without it, either ends the loop: process() rejects with that error. Told too, with `message` null, of each
    * consume that failed and will be retried (the node unreachable, 429, 503): process() goes on
    * retrying, but the caller sees a dead URL at once rather than after every retry is spent.
@@ -169,6 +170,8 @@ async function processLoop(c: LoopClient, own: LoopOwn, topic: string, handler: 
     await opts.onError(err, m);
   };
   let done: Message | undefined; // handled, not yet acked
+  // The ack of `done` rode on a poll that failed ambiguously: the node may have applied it.
+  let ackMayHaveLanded = false;
   let errors = 0;
   try {
     while (!signal.aborted) {
@@ -176,16 +179,24 @@ async function processLoop(c: LoopClient, own: LoopOwn, topic: string, handler: 
       try {
         m = await c.consume(topic, { waitMs, signal, ack: done?.receiptHandle });
         done = undefined;
+        ackMayHaveLanded = false;
         errors = 0;
       } catch (err) {
         if (signal.aborted) return;
         if (done !== undefined && isRefusedAck(err)) {
           const m = done;
+          const retried = ackMayHaveLanded;
           done = undefined;
+          ackMayHaveLanded = false;
+          // A 410 on the retry of an ack that may have landed says nothing the handler can act
+          // on: the first try settled it, or the lease lapsed and the message comes back as any
+          // lapsed one does. It is not a refused ack (docs/verification-clients.md, finding 2).
+          if (retried && err instanceof NaradGoneError) continue;
           await fail(err, m);
           continue;
         }
         if (!isRetryable(err) || ++errors > errorsMax) throw err;
+        if (done !== undefined && !err.definite) ackMayHaveLanded = true;
         await opts.onError?.(err, null);
         if (!own.faults().keepsPolling(err)) return await sleep(2 ** 31 - 1, signal);
         await sleep(backoffMs(errors, err), signal);
