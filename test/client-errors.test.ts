@@ -17,7 +17,7 @@ import {
   NaradRequestError,
   type ErrorCode,
 } from "../src/client/index.js";
-import { errorFromResponse } from "../src/client/errors.js";
+import { errorFromResponse, errorFromTransport } from "../src/client/errors.js";
 import { removeDir, startNode, type RunningNode } from "./harness.js";
 
 async function rejection(p: Promise<unknown>): Promise<NaradClientError> {
@@ -106,6 +106,22 @@ describe("SDK: what a recorder needs", () => {
       assert.deepEqual([refused.status, refused.code, refused.definite], [undefined, "connection_failed", true]);
     } finally {
       await nowhere.destroy();
+    }
+  });
+
+  test("a socket error of the connect call is a connection failure (definite); one of a read or write is ambiguous", () => {
+    // The shapes node's net module gives: "connect ECONNRESET" is an RST in the handshake, before
+    // any byte of the request could be written; "read ECONNRESET" may come after the node read it.
+    const sockErr = (syscall: string) => Object.assign(new Error(`${syscall} ECONNRESET 127.0.0.1:1`), { code: "ECONNRESET", errno: -104, syscall });
+    const connect = errorFromTransport(sockErr("connect"), "consume", false);
+    assert.ok(connect instanceof NaradConnectionError);
+    assert.deepEqual([connect.code, connect.definite], ["connection_failed", true]);
+    const wrapped = errorFromTransport(Object.assign(new Error("fetch failed"), { cause: sockErr("connect") }), "consume", false);
+    assert.ok(wrapped instanceof NaradConnectionError, "found through the cause");
+    for (const syscall of ["read", "write"]) {
+      const e = errorFromTransport(sockErr(syscall), "consume", false);
+      assert.ok(e instanceof NaradAmbiguousError, syscall);
+      assert.deepEqual([e.code, e.definite], ["network_error", false]);
     }
   });
 

@@ -189,13 +189,23 @@ export function errorFromTransport(err: unknown, what: string, aborted: boolean)
   if (aborted) return new NaradAmbiguousError("aborted", `${what}: aborted by the caller; it may or may not have happened`, undefined, err);
   const code = transportCode(err);
   const detail = err instanceof Error ? err.message : String(err);
-  if (code !== undefined && CONNECT_CODES.has(code)) {
+  // A failure of the connect call itself (its RST came in the handshake: "connect ECONNRESET")
+  // is one too: nothing is written before a connection is open.
+  if ((code !== undefined && CONNECT_CODES.has(code)) || transportSyscall(err) === "connect") {
     return new NaradConnectionError(`${what}: cannot connect (${detail}); the request was not sent`, err);
   }
   if (code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
     return new NaradAmbiguousError("request_timeout", `${what}: no answer in time; it may or may not have happened`, undefined, err);
   }
   return new NaradAmbiguousError("network_error", `${what}: ${detail}; it may or may not have happened`, undefined, err);
+}
+
+/** The system call a socket error names (`connect`, `read`, `write`), looking through causes. */
+function transportSyscall(err: unknown): string | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const e = err as { syscall?: unknown; cause?: unknown };
+  if (typeof e.syscall === "string") return e.syscall;
+  return e.cause !== undefined ? transportSyscall(e.cause) : undefined;
 }
 
 function transportCode(err: unknown): string | undefined {
