@@ -58,6 +58,7 @@ export const SETTINGS: Setting[] = [
     help: "fsync the ack logs this often",
   },
   { key: "storage.housekeeping_interval_ms", kind: "int", min: 10, max: 600_000, default: 1000, help: "check segment roll and retention this often" },
+  { key: "storage.inline_fdatasync", kind: "bool", default: true, help: "a commit may fdatasync on the event loop's thread while nobody else can be waiting on it (saves two thread wakeups a commit; false: always on the threadpool)" },
   { key: "storage.idle_close_ms", kind: "int", min: 100, max: 86_400_000, default: 60_000, help: "a partition with no append or read this long lets its file descriptors go (opened again on its next use)" },
   { key: "limits.pending_sync_bytes", kind: "int", min: MiB, max: 4096 * MiB, default: 64 * MiB, help: "answer 429 when this many bytes wait for fsync" },
   { key: "limits.long_polls", kind: "int", min: 1, max: 1_000_000, default: 10_000, help: "answer 429 when this many long polls wait" },

@@ -182,6 +182,7 @@ async function startServerIn(cfg: ConfigValues, env: NodeJS.ProcessEnv, made: { 
     faults: seededFaults(bugs),
     partitionsMax,
     idleCloseMs: cfg["storage.idle_close_ms"] as number,
+    inlineFdatasync: cfg["storage.inline_fdatasync"] as boolean,
     dedupe: {
       windowMs: cfg["producers.dedupe_window_ms"] as number,
       sequencesMax: cfg["producers.window_sequences"] as number,

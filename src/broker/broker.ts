@@ -128,6 +128,8 @@ export interface BrokerOptions {
   partitionsMax?: number;
   /** storage.idle_close_ms: a partition idle this long lets its descriptors go (default IDLE_CLOSE_MS_DEFAULT). */
   idleCloseMs?: number;
+  /** storage.inline_fdatasync (default true): src/storage/partition-log.ts, "Inline fdatasync". */
+  inlineFdatasync?: boolean;
   /** producers.*: the dedupe windows' bounds (./producers.ts; defaults there). */
   dedupe?: WindowLimits;
 }
@@ -351,6 +353,7 @@ export class Broker {
         consumerOffsetCommitIntervalMs: opts.consumerOffsetCommitIntervalMs,
         powerLoss: opts.powerLoss,
         fs: opts.storageFs,
+        ...(opts.inlineFdatasync !== undefined ? { inlineFdatasync: opts.inlineFdatasync } : {}),
         onClosed: (p) => this.dedupe.closed(p),
         replicate:
           opts.cluster?.replicate === undefined

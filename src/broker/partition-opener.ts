@@ -41,6 +41,8 @@ export interface PartitionStorageOptions {
   powerLoss: boolean;
   /** The filesystem of the partition's files (default node:fs). */
   fs?: StorageFs;
+  /** StorageOptions.inlineFdatasync (default true). */
+  inlineFdatasync?: boolean;
   /** A partition closed here (its dedupe window goes with it, ./producers.ts). */
   onClosed?: (p: Partition) => void;
   /**
@@ -80,6 +82,7 @@ export class PartitionOpener {
       // A seeded bug's follower log commits on a timer (src/cluster/replication/faults.ts).
       scheduler: logScheduler ?? o.scheduler,
       fs: o.fs,
+      ...(o.inlineFdatasync !== undefined ? { inlineFdatasync: o.inlineFdatasync } : {}),
     });
     const r = log.recovery;
     if (r.truncatedBytes > 0 || r.corruptRecords.length > 0 || r.rebuiltIndexes.length > 0) {

@@ -50,6 +50,7 @@ import { topicRoutes } from "./routes/topics.js";
 import { userRoutes } from "./routes/users.js";
 import { createStreamServer, streamCreditBytes } from "./stream.js";
 import { STREAM_PROTOCOL } from "../protocol/stream.js";
+import { inFlight as processInFlight } from "../platform/in-flight.js";
 
 export interface HttpOptions {
   service: Service;
@@ -223,6 +224,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   const onAnswerClosed = function (this: Tracked): void {
     const socket = this.req.socket as Counted;
     inFlight--;
+    processInFlight.requestEnded();
     if (--socket[PENDING]! === socket.naradEndAt) endAfterWrites(socket);
     if (stopping && inFlight === 0) drained?.();
     answered(this[ROUTE]!, this.statusCode, performance.now() - this[STARTED_MS]!);
@@ -241,6 +243,7 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
       return;
     }
     inFlight++;
+    processInFlight.requestStarted();
     const socket = req.socket as Counted;
     socket[PENDING] = (socket[PENDING] ?? 0) + 1;
     socket[LAST] = res; // no object per request: the request is res.req

@@ -85,6 +85,7 @@ import {
   type StreamErrorFields,
 } from "../protocol/stream.js";
 import { topicParam } from "./params.js";
+import { inFlight as processInFlight } from "../platform/in-flight.js";
 
 export const STREAM_LIMITS = {
   /** A connection's credit is limits.pending_sync_bytes divided by this. */
@@ -165,7 +166,7 @@ export function createStreamServer(o: StreamOptions): StreamServer {
     for (const s of sessions) if (s.idleSince(t) >= idleTimeoutMs) void s.goAway(new NaradError("stream_idle", `The stream connection carried no frame for ${idleTimeoutMs} ms (stream.idle_timeout_ms) and had nothing in flight; connect again.`));
   };
   const closed = (s: Session): void => {
-    sessions.delete(s);
+    if (sessions.delete(s)) processInFlight.streamClosed();
     if (sessions.size === 0 && sweep !== null) {
       clearInterval(sweep);
       sweep = null;
@@ -210,6 +211,7 @@ export function createStreamServer(o: StreamOptions): StreamServer {
           if (socket.destroyed) return;
           const s = new Session(socket as Socket, principal, authorization, o, log, framesInFlightMax, answered, now, () => closed(s));
           sessions.add(s);
+          processInFlight.streamOpened();
           if (sweep === null) {
             sweep = setInterval(sweepIdle, sweepEveryMs);
             sweep.unref();

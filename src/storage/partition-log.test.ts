@@ -9,6 +9,7 @@ import { openPartitionLog, type FilePartitionLog } from "./partition-log.js";
 import type { AppendInput, StoredRecord } from "./types.js";
 import { encodeRecord, HEADER_BYTES, KEY_BYTES_MAX } from "./record.js";
 import { LIMITS } from "../protocol/wire.js";
+import { inFlight } from "../platform/in-flight.js";
 import { captureLogger, logOptions, seededBytes, segmentFile, TestClock, withTempDir } from "../../test/support/storage.js";
 
 const MiB = 1024 * 1024;
@@ -427,5 +428,39 @@ test("the in-memory index of 1 000 000 records costs a few MiB", async () => {
     assert.equal(again.endOffset, 1_000_000);
     assert.ok(again.indexMemoryBytes <= 8 * MiB);
     await again.close();
+  });
+});
+
+test("inline fdatasync: a lone commit syncs on the loop's thread, a commit with other requests in flight on the threadpool, and both are durable", async () => {
+  await withTempDir(async (dir) => {
+    const clock = new TestClock();
+    const cap = captureLogger();
+    let log: FilePartitionLog = await openPartitionLog(dir, logOptions(clock, cap.logger));
+    // Nothing else is served in this process: one append a commit, again and again.
+    for (let i = 0; i < 4; i++) await log.append([payloadOf(i)], clock.nowMs()).durable;
+    assert.ok(log.stats.inlineFdatasyncs >= 3, `lone commits sync inline (${log.stats.inlineFdatasyncs} of ${log.stats.fdatasyncs})`);
+    // Another request is being served: the loop must stay free, so the threadpool syncs.
+    const inlineBefore = log.stats.inlineFdatasyncs;
+    const fdatasyncsBefore = log.stats.fdatasyncs;
+    inFlight.requestStarted();
+    inFlight.requestStarted();
+    try {
+      for (let i = 4; i < 7; i++) await log.append([payloadOf(i)], clock.nowMs()).durable;
+    } finally {
+      inFlight.requestEnded();
+      inFlight.requestEnded();
+    }
+    assert.equal(log.stats.fdatasyncs - fdatasyncsBefore, 3);
+    assert.equal(log.stats.inlineFdatasyncs, inlineBefore, "none inline while another request is in flight");
+    assert.equal(log.syncedOffset, 7);
+    await log.close();
+    // Off: never inline.
+    log = await openPartitionLog(dir, { ...logOptions(clock, cap.logger), inlineFdatasync: false });
+    for (let i = 7; i < 10; i++) await log.append([payloadOf(i)], clock.nowMs()).durable;
+    assert.equal(log.stats.inlineFdatasyncs, 0);
+    const got = await log.read(0, 100, 10 * MiB);
+    assert.equal(got.length, 10);
+    for (let i = 0; i < 10; i++) assertRecord(got[i], i, got[i]!.producedAtMs, payloadOf(i));
+    await log.close();
   });
 });

@@ -53,6 +53,11 @@ export interface StorageOptions {
   onSync?: (info: SyncInfo) => void;
   /** Bound on open file descriptors of sealed segments kept for reads (default 16). */
   openSegmentFdsMax?: number;
+  /**
+   * fdatasync on the event loop's thread when nothing else is being served (default true;
+   * ./partition-log.ts, "Inline fdatasync"). false: always on the threadpool.
+   */
+  inlineFdatasync?: boolean;
 }
 
 /** One completed group commit. */

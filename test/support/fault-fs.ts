@@ -181,6 +181,12 @@ export class FaultFs implements StorageFs {
     this.real.fdatasync(fd, cb);
   }
 
+  fdatasyncSync(fd: number): void {
+    const err = this.enter("fdatasync", this.pathOf(fd));
+    if (err !== null) throw err;
+    this.real.fdatasyncSync(fd);
+  }
+
   fsync(fd: number, cb: FsCallback): void {
     const err = this.enter("fsync", this.pathOf(fd));
     if (err !== null) return this.later(cb, err);
