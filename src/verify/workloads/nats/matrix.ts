@@ -83,6 +83,9 @@ export interface CellResult {
   run: NatsRunResult | null;
 }
 
+/** Runs of a calibration row that must catch a client's bug, at most (see runMatrix). */
+export const BUG_CELL_RUNS = 3;
+
 /** Every cell, in table order: client, then API, then scenario. */
 export function matrixCells(only: string[] = []): MatrixCell[] {
   const cells: MatrixCell[] = [];
@@ -192,19 +195,30 @@ export async function runMatrix(o: MatrixOptions): Promise<CellResult[]> {
     if (o.signal?.aborted) break;
     const cell = cells[i]!;
     o.onCellStart?.(cell, i, cells.length);
-    let r: CellResult;
-    try {
-      const run = await runNatsScenario({
-        gen: cell.gen,
-        api: cell.api,
-        scenario: cell.scenario,
-        outDir: join(o.outDir, `${cell.gen}-${cell.api}-${cell.scenario.name}`),
-        ...(o.onProgress ? { onProgress: o.onProgress } : {}),
-        ...(o.signal ? { signal: o.signal } : {}),
-      });
-      r = judgeCell(cell, run, expectations);
-    } catch (e) {
-      r = { cell, client: clientName(cell.gen), expected: null, verdict: "error", silenceMs: null, lagMs: null, anomalies: "", pass: false, why: `the run failed: ${(e as Error).message}`, run: null };
+    // A calibration row that must catch a client's bug rests on that bug's race (nats.deno #688:
+    // the second rebuild must come while the first one's consumer still exists); on a loaded
+    // machine one run in many misses it. Such a row runs up to BUG_CELL_RUNS times and counts as
+    // caught at the first run that shows it; every other cell, and a fixed release's row, runs once.
+    const bugRow = cell.calibration === true && expectations.get(cellKey(cell, clientName(cell.gen)))?.verdict === "invalid";
+    const attempts = bugRow ? BUG_CELL_RUNS : 1;
+    let r!: CellResult;
+    for (let a = 1; a <= attempts; a++) {
+      if (o.signal?.aborted) break;
+      try {
+        const run = await runNatsScenario({
+          gen: cell.gen,
+          api: cell.api,
+          scenario: cell.scenario,
+          outDir: join(o.outDir, `${cell.gen}-${cell.api}-${cell.scenario.name}${a > 1 ? `-run${a}` : ""}`),
+          ...(o.onProgress ? { onProgress: o.onProgress } : {}),
+          ...(o.signal ? { signal: o.signal } : {}),
+        });
+        r = judgeCell(cell, run, expectations);
+      } catch (e) {
+        r = { cell, client: clientName(cell.gen), expected: null, verdict: "error", silenceMs: null, lagMs: null, anomalies: "", pass: false, why: `the run failed: ${(e as Error).message}`, run: null };
+      }
+      if (attempts > 1) r = { ...r, why: r.pass ? `caught in run ${a} of at most ${attempts}` : `not caught in ${a} of ${attempts} runs: ${r.why}` };
+      if (r.pass) break;
     }
     results.push(r);
     o.onCell?.(r);
@@ -224,7 +238,7 @@ export function formatMatrix(results: CellResult[]): string {
     secs(r.silenceMs),
     secs(r.lagMs),
     r.anomalies || "—",
-    r.pass ? "ok" : `DIFFERS: ${r.why}`,
+    r.pass ? (r.why !== "" ? `ok (${r.why})` : "ok") : `DIFFERS: ${r.why}`,
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
   const fmt = (row: string[]) => row.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
