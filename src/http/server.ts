@@ -204,12 +204,12 @@ export function createHttpServer(opts: HttpOptions): NaradHttpServer {
   // count and a map lookup by a string made per answer cost more than the consume's lease).
   const m = svc.metrics;
   const timed = new Map<string, { hist: { observe(v: number): void }; ok: (status: number) => boolean }>([
-    ["POST /v1/topics/:topic/messages", { hist: m.produceLatency.labels("single"), ok: (s) => s === 202 }],
-    ["POST /v1/topics/:topic/messages/batch", { hist: m.produceLatency.labels("batch"), ok: (s) => s === 202 }],
-    ["POST /v1/topics/:topic/consume", { hist: m.consumeLatency.labels("single"), ok: (s) => s === 200 }],
-    ["POST /v1/topics/:topic/consume/batch", { hist: m.consumeLatency.labels("batch"), ok: (s) => s === 200 }],
-    ["POST /v1/topics/:topic/ack", { hist: m.ackLatency.labels("single"), ok: (s) => s === 204 }],
-    ["POST /v1/topics/:topic/ack/batch", { hist: m.ackLatency.labels("batch"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/messages", { hist: m.produceLatency.counts("single"), ok: (s) => s === 202 }],
+    ["POST /v1/topics/:topic/messages/batch", { hist: m.produceLatency.counts("batch"), ok: (s) => s === 202 }],
+    ["POST /v1/topics/:topic/consume", { hist: m.consumeLatency.counts("single"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/consume/batch", { hist: m.consumeLatency.counts("batch"), ok: (s) => s === 200 }],
+    ["POST /v1/topics/:topic/ack", { hist: m.ackLatency.counts("single"), ok: (s) => s === 204 }],
+    ["POST /v1/topics/:topic/ack/batch", { hist: m.ackLatency.counts("batch"), ok: (s) => s === 200 }],
   ]);
   const slotOf = (route: string): RouteSlot => ({ counts: m.routeCounts(route), timed: timed.get(route) });
   const unmatched = slotOf("unmatched");
