@@ -80,22 +80,16 @@ import {
   ATTR_BYTES_MAX,
   KEY_BYTES_MAX,
   PAYLOAD_BYTES_MAX,
-  RECORD_BYTES_MAX,
 } from "./record.js";
 import {
-  decodeIndex,
   encodeIndex,
   NO_RECORD,
   parseSegmentFileName,
-  readProducedAtMs,
-  scanSegment,
   Segment,
-  validateIndex,
 } from "./segment.js";
 import {
   closeAsync,
   fdatasyncAsync,
-  fstatSizeAsync,
   fsyncAsync,
   ftruncateAsync,
   openAsync,
@@ -105,6 +99,7 @@ import {
 } from "./files.js";
 import { isAtomicTempName } from "../platform/files.js";
 import { CURSOR_FILE_NAME } from "./cursor-file.js";
+import { recoverSegment, setAsideIfMisnamed, type RecoveryContext } from "./segment-recovery.js";
 import { realFs, type StorageFs } from "./fs.js";
 
 /** Positions are u32 and NO_RECORD is reserved, so a segment stays well below 4 GiB. */
@@ -1005,6 +1000,11 @@ export class FilePartitionLog implements PartitionLog {
   // ---------------------------------------------------------------------------------------------
   // Recovery
 
+  /** What the per-segment steps of recovery (./segment-recovery.ts) work with. */
+  private recoveryContext(): RecoveryContext {
+    return { dir: this.dir, fs: this.fs, log: this.log, recovery: this.recovery };
+  }
+
   async recover(): Promise<void> {
     if (this.opts.powerLoss) {
       this.log.warn("TEST-ONLY power-loss mode: unsynced bytes are kept in process memory");
@@ -1033,7 +1033,7 @@ export class FilePartitionLog implements PartitionLog {
     // recovered: trusted, it would cut the records of the segment before it (see misnamedSegment).
     let asideEnd = 0;
     for (let k = logBases.length - 1; k >= 0; k--) {
-      const end = await this.setAsideIfMisnamed(logBases[k]!);
+      const end = await setAsideIfMisnamed(this.recoveryContext(), logBases[k]!);
       if (end === null) continue;
       asideEnd = Math.max(asideEnd, end);
       logBases.splice(k, 1);
@@ -1049,7 +1049,7 @@ export class FilePartitionLog implements PartitionLog {
     for (let k = 0; k < logBases.length; k++) {
       const isLast = k === logBases.length - 1;
       const nextBase = isLast ? Number.MAX_SAFE_INTEGER : logBases[k + 1]!;
-      const seg = await this.recoverSegment(logBases[k]!, isLast, nextBase, indexBases.has(logBases[k]!));
+      const seg = await recoverSegment(this.recoveryContext(), logBases[k]!, isLast, nextBase, indexBases.has(logBases[k]!));
       this.segments.push(seg);
     }
     const lastEnd = this.segments.length === 0 ? 0 : this.segments[this.segments.length - 1]!.endOffset;
@@ -1105,130 +1105,6 @@ export class FilePartitionLog implements PartitionLog {
     );
   }
 
-  /**
-   * Checks a segment's name against its first record, whose offset is under the record's CRC:
-   * a segment named lower than its records (renamed, or restored under the wrong name) would
-   * make the segment before it end at that name, and recovery would cut that segment's valid
-   * records as a torn tail; one named higher would hide them. Neither name nor content can be
-   * preferred safely (the file may belong elsewhere), so a disagreeing segment is renamed to
-   * NAME.corrupt, logged, reported and not served, and nothing of any other segment is cut.
-   * Returns the end of the offsets its records hold (never handed out again), or null when the
-   * name agrees (or the first record is unreadable: then the name is all there is to go by).
-   */
-  private async setAsideIfMisnamed(baseOffset: number): Promise<number | null> {
-    const seg = new Segment(this.dir, baseOffset);
-    const fd = await openAsync(this.fs, seg.logPath, "r");
-    let firstOffset: number;
-    let endOffset: number;
-    try {
-      const sizeBytes = await fstatSizeAsync(this.fs, fd);
-      const head = Buffer.allocUnsafe(Math.min(RECORD_BYTES_MAX, sizeBytes));
-      const n = await readFullyAt(this.fs, fd, head, 0, head.length, 0);
-      if (checkFrame(head, 0, n) <= 0 || frameOffset(head, 0) === baseOffset) return null;
-      firstOffset = frameOffset(head, 0);
-      // Where its records end, read as the content says: a scan of a segment named by them.
-      const content = new Segment(this.dir, firstOffset);
-      await scanSegment(this.fs, content, fd, sizeBytes, 0, Number.MAX_SAFE_INTEGER, () => {});
-      endOffset = content.endOffset;
-    } finally {
-      await closeAsync(this.fs, fd).catch(() => {});
-    }
-    const aside = `${seg.logPath}.corrupt`;
-    await this.fs.rename(seg.logPath, aside);
-    await this.fs.fsyncDir(this.dir);
-    (this.recovery.setAsideSegments ??= []).push({ segment: seg.name, firstOffset, endOffset });
-    this.log.error(
-      { segment: seg.name, firstOffset, endOffset, setAsideAs: path.basename(aside) },
-      "a segment's name disagrees with the offsets of its records: set aside and not served, no other segment is cut (docs/operations.md)",
-    );
-    return endOffset;
-  }
-
-  private async recoverSegment(baseOffset: number, isLast: boolean, nextBase: number, hasIndex: boolean): Promise<Segment> {
-    const seg = new Segment(this.dir, baseOffset);
-    const fd = await openAsync(this.fs, seg.logPath, "r+");
-    seg.fd = fd;
-    try {
-      await this.recoverSegmentFile(seg, fd, isLast, nextBase, hasIndex);
-    } catch (err) {
-      seg.fd = -1;
-      await closeAsync(this.fs, fd).catch(() => {});
-      throw err;
-    }
-    if (!isLast) {
-      // Sealed segments are reopened on demand for reads; no need to hold every fd.
-      seg.fd = -1;
-      await closeAsync(this.fs, fd);
-    }
-    return seg;
-  }
-
-  private async recoverSegmentFile(seg: Segment, fd: number, isLast: boolean, nextBase: number, hasIndex: boolean): Promise<void> {
-    const sizeBytes = await fstatSizeAsync(this.fs, fd);
-    const indexName = path.basename(seg.indexPath);
-
-    let startPos = 0;
-    let indexProblem: string | null = hasIndex ? null : "missing";
-    if (hasIndex) {
-      let raw: Buffer | null = null;
-      try {
-        raw = await this.fs.readFile(seg.indexPath);
-      } catch (err) {
-        indexProblem = `unreadable: ${(err as Error).message}`;
-      }
-      if (raw !== null) {
-        const decoded = decodeIndex(raw);
-        if (typeof decoded === "string") indexProblem = decoded;
-        else {
-          const v = await validateIndex(this.fs, seg, decoded, fd, sizeBytes, nextBase);
-          if (typeof v === "string") indexProblem = v;
-          else {
-            seg.positions = decoded.positions;
-            seg.count = v.lastIndex + 1;
-            seg.maxProducedAtMs = seg.count > 0 ? Math.max(decoded.maxProducedAtMs, v.lastProducedAtMs) : -Infinity;
-            startPos = v.endPosition;
-            if (seg.count > 0) {
-              let firstPos = -1;
-              for (let i = 0; i < seg.count && firstPos < 0; i++) if (seg.positions[i] !== NO_RECORD) firstPos = seg.positions[i]!;
-              seg.firstProducedAtMs = (await readProducedAtMs(this.fs, fd, sizeBytes, firstPos)) ?? v.lastProducedAtMs;
-            }
-          }
-        }
-      }
-      if (indexProblem !== null) {
-        this.log.warn({ index: indexName, problem: indexProblem }, "segment index does not match its segment; rebuilding it");
-      }
-    }
-
-    const countBeforeScan = seg.count;
-    const scan = await scanSegment(this.fs, seg, fd, sizeBytes, startPos, nextBase, (position, reason, lostOffsets) => {
-      this.recovery.corruptRecords.push({ segment: seg.name, position, reason });
-      this.log.warn({ segment: seg.name, position, reason, lostOffsets }, "damaged record skipped; it is never served");
-    });
-    if (scan.tailBytes > 0) {
-      this.log.warn(
-        { segment: seg.name, position: scan.validEndBytes, bytes: scan.tailBytes, reason: scan.tailReason },
-        "truncating a torn or unreadable tail",
-      );
-      await ftruncateAsync(this.fs, fd, scan.validEndBytes);
-      await fdatasyncAsync(this.fs, fd);
-      this.recovery.truncatedBytes += scan.tailBytes;
-    }
-    seg.writtenBytes = scan.validEndBytes;
-    seg.appendBytes = scan.validEndBytes;
-
-    const indexChanged = indexProblem !== null || seg.count !== countBeforeScan || scan.tailBytes > 0;
-    if (!isLast && indexChanged) {
-      this.recovery.rebuiltIndexes.push(indexName);
-      seg.trim();
-      await this.fs.writeFileAtomic(seg.indexPath, encodeIndex(seg)).catch((err: unknown) =>
-        this.log.warn({ err, index: indexName }, "could not write the rebuilt index"),
-      );
-    } else if (isLast && hasIndex && indexProblem !== null) {
-      // The active segment's index is rewritten at close; say that the one on disk was wrong.
-      this.recovery.rebuiltIndexes.push(indexName);
-    }
-  }
 }
 
 /** Opens (creating if needed) and recovers the partition log in `dir`. */
