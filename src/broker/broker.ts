@@ -4,7 +4,8 @@
 //
 // The rooms of the broker (docs/architecture.md has the map):
 //   broker.ts            this file: the data path (produce, consume, settle, replay), long polls,
-//                        housekeeping, and a single node's topic changes
+//                        housekeeping
+//   node-topics.ts       a single node's topic changes (create, update, delete), limits.partitions
 //   topic.ts             one topic's state and the chain that serialises its metadata changes
 //   metadata.ts          where metadata lives: topic.json files (a node), control-plane rows (a cluster)
 //   cluster-topics.ts    cluster mode: topics and partitions as the control plane places them here
@@ -45,8 +46,6 @@
 // owner write"), and a produce checks it again after its fsync: a 202 is given only while the
 // node still owns the partition.
 
-import { randomInt } from "node:crypto";
-import { join } from "node:path";
 import type { Logger } from "pino";
 import type { PartitionStatsJson, TopicStatsJson } from "../protocol/wire.js";
 import { NaradError } from "../protocol/errors.js";
@@ -59,11 +58,12 @@ import type { StorageFs } from "../storage/index.js";
 import { ChildLinks } from "./child-links.js";
 import { NO_REMOTE_SINK, type ChildLink, type RemoteSink } from "./children.js";
 import { ClusterTopics } from "./cluster-topics.js";
-import { checkDeadLetterFields, DeadLetterMover, nextDeadLetterFields, originOf, type DeadLetterItem } from "./dead-letters.js";
+import { DeadLetterMover, originOf, type DeadLetterItem } from "./dead-letters.js";
 import { NO_FAULTS, type BrokerFaults } from "./faults.js";
 import { HandleCodec, type VerifiedHandle } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
 import { BrokerMetrics, SETTLE_ACTIONS, SETTLE_RESULTS, type PathCounts } from "./metrics.js";
+import { errnoOf, NodeTopics } from "./node-topics.js";
 import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
 import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type ProducerRef, type WindowLimits } from "./producers.js";
 
@@ -81,9 +81,6 @@ export const FAILED_LOG_RETRY_MS_MIN = 500;
 export const FAILED_LOG_RETRY_MS_MAX = 30_000;
 /** Default of storage.idle_close_ms. */
 export const IDLE_CLOSE_MS_DEFAULT = 60_000;
-/** Errnos of storage that cannot take a change now: a create or grow is undone and answers 503 storage_unavailable. */
-const STORAGE_ERRNOS: ReadonlySet<string> = new Set(["ENOSPC", "EDQUOT", "EMFILE", "ENFILE", "EIO", "EROFS", "ENOMEM"]);
-
 export interface BrokerOptions {
   dataDir: string;
   clock: Clock;
@@ -288,7 +285,6 @@ export class Broker {
   /** Cluster mode: the topics and partitions the control plane places here (src/cluster/ownership.ts). */
   readonly placement: ClusterTopics;
   private readonly topics = new Map<string, Topic>();
-  private readonly creating = new Set<string>();
   private readonly codec: HandleCodec;
   private readonly log: Logger;
   private readonly scheduler: Scheduler;
@@ -301,8 +297,8 @@ export class Broker {
   private readonly deadLetters: DeadLetterMover;
   private waiterCount = 0;
   private pendingSyncBytes = 0;
-  /** Partitions of this node's topics, and of creates and grows in flight (limits.partitions). */
-  private partitionsHeld = 0;
+  /** A single node's topic changes, and limits.partitions (./node-topics.ts). */
+  private readonly nodeTopics: NodeTopics;
   /** Stopped logs: when each may try its reopen next, and its back-off (see the top). */
   private readonly reopenAt = new Map<Partition, { atMs: number; backoffMs: number; topic: string; cause: string }>();
   private housekeeping: Timer | undefined;
@@ -377,6 +373,22 @@ export class Broker {
       },
       (t, i) => this.links.sinkFor(t, i),
     );
+    this.nodeTopics = new NodeTopics({
+      topics: this.topics,
+      store: this.store,
+      partitions: this.partitions,
+      links: this.links,
+      logger: this.log,
+      clock: opts.clock,
+      defaults: { partitions: opts.defaultPartitions, visibilityTimeoutMs: opts.defaultVisibilityTimeoutMs, retentionMs: opts.defaultRetentionMs },
+      partitionsMax: opts.partitionsMax ?? Number.MAX_SAFE_INTEGER,
+      topic,
+      assertOpen: () => this.assertOpen(),
+      endWaiters: (t) => this.endWaiters(t),
+      deleted: (name) => {
+        for (const [p, r] of this.reopenAt) if (r.topic === name) this.reopenAt.delete(p);
+      },
+    });
     this.placement = new ClusterTopics({
       topics: this.topics,
       store: this.store,
@@ -401,11 +413,11 @@ export class Broker {
       b.links.syncRemotes(t);
       for (let i = 0; i < meta.partitions; i++) await b.partitions.open(t, i, 0);
       b.topics.set(meta.name, t);
-      b.partitionsHeld += meta.partitions;
+      b.nodeTopics.adopt(meta.partitions);
     }
     // A start never refuses the topics it has; the limit stops only new ones.
-    if (b.partitionsHeld > b.partitionsMax) {
-      b.log.warn({ partitions: b.partitionsHeld, partitionsMax: b.partitionsMax }, "this node holds more partitions than limits.partitions; creates and grows are refused until topics are deleted");
+    if (b.nodeTopics.partitionsHeld > b.partitionsMax) {
+      b.log.warn({ partitions: b.nodeTopics.partitionsHeld, partitionsMax: b.partitionsMax }, "this node holds more partitions than limits.partitions; creates and grows are refused until topics are deleted");
     }
     b.housekeeping = b.scheduler.every(opts.housekeepingIntervalMs, () => void b.runHousekeeping());
     b.sweeper = b.scheduler.every(LEASE_SWEEP_INTERVAL_MS, () => b.sweepLeases());
@@ -431,11 +443,6 @@ export class Broker {
 
   getTopic(name: string): TopicInfo {
     return this.topic(name).toJson();
-  }
-
-  private hasTopic(name: string): boolean {
-    const t = this.topics.get(name);
-    return t !== undefined && !t.deleted;
   }
 
   /** Backlog, in-flight leases and the oldest unacked age of the topic's open partitions (issue 16 item 12). */
@@ -478,131 +485,16 @@ export class Broker {
     return this.opts.partitionsMax ?? Number.MAX_SAFE_INTEGER;
   }
 
-  /** Takes `n` more partitions against limits.partitions, or refuses (409, nothing made). */
-  private reservePartitions(n: number, what: string): void {
-    if (this.partitionsHeld + n > this.partitionsMax) {
-      throw new NaradError(
-        "partitions_limit",
-        `${what} needs ${n} more partitions, and this node holds ${this.partitionsHeld} of the ${this.partitionsMax} that limits.partitions allows; delete topics, or raise limits.partitions (and the process's descriptor limit).`,
-      );
-    }
-    this.partitionsHeld += n;
-  }
-
   async createTopic(req: CreateTopicRequest, owner: TopicOwner | null): Promise<TopicInfo> {
-    this.assertOpen();
-    const name = req.name;
-    if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
-    if ((req.replication_factor ?? 1) > 1) {
-      throw new NaradError("invalid_argument", "replication_factor above 1 needs a cluster (--control-plane): a single node keeps one copy of each partition.");
-    }
-    await checkDeadLetterFields(name, nextDeadLetterFields({ max_deliveries: null, dead_letter_topic: null }, req), async (x) => this.hasTopic(x));
-    // Again after that await: a create of the same name may have begun meanwhile.
-    if (this.topics.has(name) || this.creating.has(name)) throw new NaradError("topic_exists", `Topic ${JSON.stringify(name)} exists already.`);
-    const meta: TopicMeta = {
-      name,
-      incarnation: randomInt(1, 0xffffffff),
-      partitions: req.partitions ?? this.opts.defaultPartitions,
-      visibility_timeout_ms: req.visibility_timeout_ms ?? this.opts.defaultVisibilityTimeoutMs,
-      retention_ms: req.retention_ms ?? this.opts.defaultRetentionMs,
-      replication_factor: 1,
-      acks: "leader",
-      max_deliveries: req.max_deliveries ?? null,
-      dead_letter_topic: req.dead_letter_topic ?? null,
-      owner: owner?.name ?? null,
-      owner_id: owner?.id ?? null,
-      children: [],
-      parent: null,
-      created_at: this.opts.clock.nowMs(),
-    };
-    this.reservePartitions(meta.partitions, `Topic ${JSON.stringify(name)}`);
-    this.creating.add(name);
-    const t = new Topic(meta, this.store.dirOf(name, meta.incarnation));
-    try {
-      await this.store.create(meta);
-      for (let i = 0; i < meta.partitions; i++) await this.partitions.open(t, i, 0);
-      await this.store.save(meta); // metadata last (docs/architecture.md)
-      this.topics.set(name, t);
-      this.log.info({ topic: name, partitions: meta.partitions }, "topic created");
-      return t.toJson();
-    } catch (e) {
-      this.partitionsHeld -= meta.partitions;
-      // topic_exists: an offline topic's files are there, and are not ours to remove.
-      if (e instanceof NaradError) throw e;
-      // Undo it whole (no half-made directory is left), then say which storage error stopped it.
-      await this.partitions.closeAll(t);
-      this.partitions.forget(t);
-      await this.removeDir(t.dir);
-      throw storageRefusal(e, `Topic ${JSON.stringify(name)} was not created`, this.log);
-    } finally {
-      this.creating.delete(name);
-    }
+    return this.nodeTopics.create(req, owner);
   }
 
-  /** Removes what a failed create or grow made; a failure here is logged (the next start removes it). */
-  private async removeDir(dir: string): Promise<void> {
-    await this.store.discard(dir).catch((e: unknown) => this.log.error({ dir, err: (e as Error).message }, "could not remove what a failed create made; the next start removes it"));
+  updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo> {
+    return this.nodeTopics.update(name, req);
   }
 
-  async updateTopic(name: string, req: UpdateTopicRequest): Promise<TopicInfo> {
-    this.assertOpen();
-    const t = this.topic(name);
-    return t.serially(async () => {
-      if (t.deleted) throw new NaradError("topic_not_found");
-      if (req.partitions !== undefined && req.partitions < t.meta.partitions) {
-        throw new NaradError("partitions_decrease", `Topic ${name} has ${t.meta.partitions} partitions; partitions can only grow.`);
-      }
-      if (req.acks === "quorum") throw new NaradError("invalid_argument", 'acks "quorum" needs replication_factor 2 or more; this topic keeps one copy.');
-      const deadLetters = nextDeadLetterFields(t.meta, req);
-      await checkDeadLetterFields(name, deadLetters, async (x) => this.hasTopic(x));
-      const next: TopicMeta = {
-        ...t.meta,
-        ...deadLetters,
-        partitions: req.partitions ?? t.meta.partitions,
-        visibility_timeout_ms: req.visibility_timeout_ms ?? t.meta.visibility_timeout_ms,
-        retention_ms: req.retention_ms ?? t.meta.retention_ms,
-      };
-      // New partitions first, metadata last: a crash in between leaves empty partition
-      // directories that the next start ignores until the metadata names them.
-      const before = t.partitions.length;
-      const added = next.partitions - before;
-      if (added > 0) this.reservePartitions(added, `Growing topic ${JSON.stringify(name)} to ${next.partitions} partitions`);
-      try {
-        for (let i = before; i < next.partitions; i++) await this.partitions.open(t, i, 0);
-        await this.store.save(next);
-      } catch (e) {
-        this.partitionsHeld -= Math.max(0, added);
-        // Undo the new partitions, files and all: the topic stays as it was.
-        for (let i = before; i < t.partitions.length; i++) {
-          await this.partitions.close(t, i);
-          await this.removeDir(join(t.dir, "partitions", String(i)));
-        }
-        t.partitions.length = before;
-        t.copiers.length = before;
-        if (e instanceof NaradError) throw e;
-        throw storageRefusal(e, `Topic ${JSON.stringify(name)} was not grown to ${next.partitions} partitions`, this.log);
-      }
-      t.meta = next;
-      return t.toJson();
-    });
-  }
-
-  async deleteTopic(name: string): Promise<void> {
-    this.assertOpen();
-    const t = this.topic(name);
-    t.deleted = true;
-    return t.serially(async () => {
-      this.endWaiters(t);
-      await this.links.detachAll(t);
-      this.links.syncRemotes(t);
-      await this.partitions.closeAll(t);
-      this.partitions.forget(t);
-      await this.store.discard(t.dir);
-      this.topics.delete(name);
-      this.partitionsHeld -= t.partitions.length;
-      for (const [p, r] of this.reopenAt) if (r.topic === name) this.reopenAt.delete(p);
-      this.log.info({ topic: name }, "topic deleted");
-    });
+  deleteTopic(name: string): Promise<void> {
+    return this.nodeTopics.delete(name);
   }
 
   // ---- child topics (./child-links.ts) ----------------------------------------------------------
@@ -1420,28 +1312,6 @@ export class Broker {
 
 /** producers.* defaults (./producers.ts). */
 const DEDUPE_DEFAULTS: WindowLimits = { windowMs: DEDUPE_WINDOW_MS_DEFAULT, sequencesMax: WINDOW_SEQUENCES_DEFAULT, entriesMax: DEDUPE_ENTRIES_MAX_DEFAULT };
-
-/** Produce items as the log appends them (keys as bytes). */
-/** The errno of a storage error (or of its cause), or a short name for one that has none. */
-function errnoOf(e: unknown): string {
-  for (let x = e, depth = 0; x instanceof Error && depth < 4; x = x.cause, depth++) {
-    const code = (x as NodeJS.ErrnoException).code;
-    if (typeof code === "string" && /^E[A-Z0-9]+$/.test(code)) return code;
-  }
-  return "storage error";
-}
-
-/**
- * A create or grow that failed midway and was undone: 503 storage_unavailable naming the errno
- * when storage refused it (full disk, no descriptor); anything else is a bug, rethrown as is.
- */
-function storageRefusal(e: unknown, what: string, log: Logger): unknown {
-  const code = errnoOf(e);
-  log.error({ err: (e as Error).message }, `${what}: storage refused it; undone`);
-  if (!STORAGE_ERRNOS.has(code)) return e;
-  const why = code === "ENOSPC" || code === "EDQUOT" ? "the disk is full" : code === "EMFILE" || code === "ENFILE" ? "no file descriptor is free" : "the disk refused a write";
-  return new NaradError("storage_unavailable", `${what}: ${why} (${code}); nothing of it was kept. Free space or descriptors and retry.`);
-}
 
 function notOwner(topic: string, partition: number): NaradError {
   return new NaradError("not_owner", `This node does not serve ${topic}/${partition} now (it is not its owner, its lease lapsed, or the partition is frozen for a move); retry shortly.`);
