@@ -4,8 +4,10 @@
 //
 // The rooms of the broker (docs/architecture.md has the map):
 //   broker.ts            this file: the data path (produce, consume, settle, replay), long polls,
-//                        housekeeping
+//                        the lease sweep
 //   node-topics.ts       a single node's topic changes (create, update, delete), limits.partitions
+//   housekeeping.ts      stopped logs reopened after a back-off, idle descriptors, rolls,
+//                        retention, and the gauges /metrics reads
 //   topic.ts             one topic's state and the chain that serialises its metadata changes
 //   metadata.ts          where metadata lives: topic.json files (a node), control-plane rows (a cluster)
 //   cluster-topics.ts    cluster mode: topics and partitions as the control plane places them here
@@ -63,6 +65,7 @@ import { NO_FAULTS, type BrokerFaults } from "./faults.js";
 import { HandleCodec, type VerifiedHandle } from "./handles.js";
 import { ControlPlaneRows, emptyTrash, TopicFiles, type MetadataStore } from "./metadata.js";
 import { BrokerMetrics, SETTLE_ACTIONS, SETTLE_RESULTS, type PathCounts } from "./metrics.js";
+import { Housekeeping } from "./housekeeping.js";
 import { errnoOf, NodeTopics } from "./node-topics.js";
 import { PartitionOpener, type ReplicatedParts } from "./partition-opener.js";
 import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type ProducerRef, type WindowLimits } from "./producers.js";
@@ -76,11 +79,10 @@ export type { ClusterTopicMeta } from "./cluster-topics.js";
 
 /** How often leases past their deadline are returned (and the long polls they can serve woken). */
 export const LEASE_SWEEP_INTERVAL_MS = 50;
-/** A stopped partition log is tried again after this long, doubling up to the max (see the top). */
-export const FAILED_LOG_RETRY_MS_MIN = 500;
-export const FAILED_LOG_RETRY_MS_MAX = 30_000;
+export { FAILED_LOG_RETRY_MS_MAX, FAILED_LOG_RETRY_MS_MIN } from "./housekeeping.js";
 /** Default of storage.idle_close_ms. */
 export const IDLE_CLOSE_MS_DEFAULT = 60_000;
+
 export interface BrokerOptions {
   dataDir: string;
   clock: Clock;
@@ -299,8 +301,8 @@ export class Broker {
   private pendingSyncBytes = 0;
   /** A single node's topic changes, and limits.partitions (./node-topics.ts). */
   private readonly nodeTopics: NodeTopics;
-  /** Stopped logs: when each may try its reopen next, and its back-off (see the top). */
-  private readonly reopenAt = new Map<Partition, { atMs: number; backoffMs: number; topic: string; cause: string }>();
+  /** Housekeeping, stopped logs' reopen back-off, the gauges (./housekeeping.ts). */
+  private readonly upkeep: Housekeeping;
   private housekeeping: Timer | undefined;
   private sweeper: Timer | undefined;
   private closed = false;
@@ -310,7 +312,8 @@ export class Broker {
     this.scheduler = opts.scheduler ?? systemScheduler;
     this.faults = opts.faults ?? NO_FAULTS;
     this.codec = new HandleCodec(opts.secret, opts.nodeNum, opts.bootSeq, opts.bootId);
-    this.metrics = new BrokerMetrics({ topicGauges: () => this.topicGauges(), childGauges: () => this.childGauges(), oldestUnackedAges: () => this.oldestUnackedAges() });
+    this.upkeep = new Housekeeping({ topics: this.topics, clock: opts.clock, logger: this.log, idleCloseMs: opts.idleCloseMs ?? IDLE_CLOSE_MS_DEFAULT });
+    this.metrics = new BrokerMetrics({ topicGauges: () => this.upkeep.topicGauges(), childGauges: () => this.upkeep.childGauges(), oldestUnackedAges: () => this.upkeep.oldestUnackedAges() });
     this.dedupe = new DedupeWindows({ clock: opts.clock, scheduler: this.scheduler, logger: this.log, limits: opts.dedupe ?? DEDUPE_DEFAULTS, rebuildFromLog: this.faults.rebuildsDedupeWindow() });
     this.dedupe.registerMetrics(this.metrics.registry);
     this.store = opts.cluster === undefined ? new TopicFiles(opts.dataDir, this.log, opts.userIdOf) : new ControlPlaneRows(opts.dataDir, this.log);
@@ -385,9 +388,7 @@ export class Broker {
       topic,
       assertOpen: () => this.assertOpen(),
       endWaiters: (t) => this.endWaiters(t),
-      deleted: (name) => {
-        for (const [p, r] of this.reopenAt) if (r.topic === name) this.reopenAt.delete(p);
-      },
+      deleted: (name) => this.upkeep.topicDeleted(name),
     });
     this.placement = new ClusterTopics({
       topics: this.topics,
@@ -419,7 +420,7 @@ export class Broker {
     if (b.nodeTopics.partitionsHeld > b.partitionsMax) {
       b.log.warn({ partitions: b.nodeTopics.partitionsHeld, partitionsMax: b.partitionsMax }, "this node holds more partitions than limits.partitions; creates and grows are refused until topics are deleted");
     }
-    b.housekeeping = b.scheduler.every(opts.housekeepingIntervalMs, () => void b.runHousekeeping());
+    b.housekeeping = b.scheduler.every(opts.housekeepingIntervalMs, () => void b.upkeep.run());
     b.sweeper = b.scheduler.every(LEASE_SWEEP_INTERVAL_MS, () => b.sweepLeases());
     return b;
   }
@@ -617,7 +618,7 @@ export class Broker {
     // whole request before any partition takes an offset, so the refusal is definite.
     for (const p of groups.keys()) {
       const part = t.partitions[p];
-      if (part !== undefined && part.log.failed !== null) await this.reopenIfDue(t, part);
+      if (part !== undefined && part.log.failed !== null) await this.upkeep.reopenIfDue(t, part);
     }
     for (const p of groups.keys()) {
       const part = t.partitions[p];
@@ -655,7 +656,7 @@ export class Broker {
     this.log.error({ err: (e as Error).message, topic: t.meta.name }, "append failed");
     for (const p of partitions) {
       const part = t.partitions[p];
-      if (part !== undefined && part.log.failed !== null) this.noteStopped(t, part);
+      if (part !== undefined && part.log.failed !== null) this.upkeep.noteStopped(t, part);
     }
     return new NaradError("storage_failed");
   }
@@ -1161,126 +1162,12 @@ export class Broker {
     }
   }
 
-  /** Starts the back-off of a log that just stopped (see the top of this file). */
-  private noteStopped(t: Topic, p: Partition): void {
-    if (this.reopenAt.has(p) || p.log.failed === null) return;
-    this.reopenAt.set(p, { atMs: this.opts.clock.monoMs() + FAILED_LOG_RETRY_MS_MIN, backoffMs: FAILED_LOG_RETRY_MS_MIN, topic: t.meta.name, cause: errnoOf(p.log.failed) });
-    this.log.error({ topic: t.meta.name, partition: p.index, err: p.log.failed.message }, "partition log stopped; it is reopened after a back-off, once its disk takes writes again");
-  }
-
-  /** Reopens a stopped log once its back-off is over; a failed try doubles the back-off. */
-  private async reopenIfDue(t: Topic, p: Partition): Promise<void> {
-    if (p.log.failed === null) {
-      this.reopenAt.delete(p);
-      return;
-    }
-    this.noteStopped(t, p);
-    const r = this.reopenAt.get(p)!;
-    const now = this.opts.clock.monoMs();
-    if (now < r.atMs) return;
-    r.atMs = Number.POSITIVE_INFINITY; // one try at a time
-    try {
-      await p.log.reopen();
-      this.reopenAt.delete(p);
-      this.log.warn({ topic: t.meta.name, partition: p.index }, "partition log reopened after its failure; it takes produces again");
-    } catch (e) {
-      r.backoffMs = Math.min(2 * r.backoffMs, FAILED_LOG_RETRY_MS_MAX);
-      r.atMs = this.opts.clock.monoMs() + r.backoffMs;
-      r.cause = errnoOf(e);
-      this.log.warn({ topic: t.meta.name, partition: p.index, err: (e as Error).message, retryInMs: r.backoffMs }, "partition log still cannot be reopened");
-    }
-  }
-
   /**
    * Why this node's storage cannot take writes now, or null (/readyz, which anyone may ask: it
    * counts partitions and names no topic; the log names them).
    */
   storageProblem(): string | null {
-    let stopped = 0;
-    const causes = new Set<string>();
-    for (const t of this.topics.values()) {
-      for (const p of t.open()) {
-        if (p.log.failed === null) continue;
-        stopped++;
-        causes.add(this.reopenAt.get(p)?.cause ?? errnoOf(p.log.failed));
-      }
-    }
-    if (stopped === 0) return null;
-    return `${stopped} partition log${stopped === 1 ? " is" : "s are"} stopped by a failed write (${[...causes].slice(0, 4).join(", ")}); produces to ${stopped === 1 ? "it" : "them"} answer 503 storage_unavailable until the disk takes writes again (retried every ${FAILED_LOG_RETRY_MS_MIN}-${FAILED_LOG_RETRY_MS_MAX} ms).`;
-  }
-
-  private async runHousekeeping(): Promise<void> {
-    const idleMs = this.opts.idleCloseMs ?? IDLE_CLOSE_MS_DEFAULT;
-    for (const [p, r] of this.reopenAt) if (this.topics.get(r.topic)?.partitions[p.index] !== p) this.reopenAt.delete(p); // closed or deleted
-    for (const t of [...this.topics.values()]) {
-      if (t.deleted) continue;
-      for (const p of t.open()) {
-        if (t.partitions[p.index] !== p) continue; // closed meanwhile (cluster mode: moved, dropped)
-        if (p.log.failed !== null) {
-          await this.reopenIfDue(t, p);
-          continue;
-        }
-        p.log.closeIdleFiles(idleMs);
-        p.acks.closeIdleFile(idleMs);
-        try {
-          await p.log.maybeRoll();
-          const before = p.log.earliestOffset;
-          await p.log.enforceRetention(t.meta.retention_ms);
-          if (p.log.earliestOffset !== before) {
-            p.afterRetention();
-            this.log.info({ topic: t.meta.name, partition: p.index, earliest: p.log.earliestOffset }, "retention removed segments");
-          }
-        } catch (e) {
-          if (t.deleted) break;
-          this.log.error({ err: (e as Error).message, topic: t.meta.name, partition: p.index }, "housekeeping failed");
-        }
-      }
-    }
-  }
-
-  private topicGauges() {
-    return [...this.topics.values()]
-      .filter((t) => !t.deleted)
-      .map((t) => ({
-        topic: t.meta.name,
-        backlog: t.open().reduce((s, p) => s + p.backlog, 0),
-        inFlight: t.open().reduce((s, p) => s + p.inFlight, 0),
-        partitions: t.open().length,
-      }));
-  }
-
-  private async oldestUnackedAges(): Promise<{ topic: string; ageSeconds: number }[]> {
-    const now = this.opts.clock.nowMs();
-    const out: { topic: string; ageSeconds: number }[] = [];
-    for (const t of this.topics.values()) {
-      if (t.deleted) continue;
-      let oldest = Infinity;
-      for (const p of t.open()) {
-        const o = await p.oldestUnacked().catch(() => null); // a read that failed is logged where it is served
-        if (o !== null) oldest = Math.min(oldest, o.producedAtMs);
-      }
-      out.push({ topic: t.meta.name, ageSeconds: oldest === Infinity ? 0 : Math.max(0, (now - oldest) / 1000) });
-    }
-    return out;
-  }
-
-  private childGauges() {
-    const out = new Map<string, { parent: string; child: string; lagMessages: number; lagSeconds: number; heldPartitions: number }>();
-    for (const t of this.topics.values()) {
-      if (t.deleted || t.meta.children.length === 0) continue;
-      for (const c of t.copiers) {
-        if (c === undefined) continue;
-        for (const st of c.stats()) {
-          const k = `${t.meta.name}\0${st.child}`;
-          const g = out.get(k) ?? { parent: t.meta.name, child: st.child, lagMessages: 0, lagSeconds: 0, heldPartitions: 0 };
-          g.lagMessages += st.lagMessages;
-          if (st.held) g.heldPartitions++;
-          g.lagSeconds = Math.max(g.lagSeconds, st.lagSeconds);
-          out.set(k, g);
-        }
-      }
-    }
-    return [...out.values()];
+    return this.upkeep.storageProblem();
   }
 
   private assertOpen(): void {
