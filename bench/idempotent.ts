@@ -52,19 +52,21 @@ export async function benchIdempotent(h: IdempotentHarness): Promise<void> {
   await h.createTopic("bench-idem-1", 1);
   const singles = await lanes(pool, 64);
   const [plain, idem] = (await h.interleaved(
-    (s) => h.closedLoop(64, s, () => post(pool, "/v1/topics/bench-idem-plain-1/messages", h.payload, {}, 1), pid),
+    (s) => h.countFsyncs(pid, () => h.closedLoop(64, s, () => post(pool, "/v1/topics/bench-idem-plain-1/messages", h.payload, {}, 1), pid)),
     (s) =>
-      h.closedLoop(
-        64,
-        s,
-        (loop) => {
-          const l = singles[loop % singles.length]!;
-          return post(pool, "/v1/topics/bench-idem-1/messages", h.payload, { "narad-producer-id": l.id, "narad-sequence": String(l.next++) }, 1);
-        },
-        pid,
+      h.countFsyncs(pid, () =>
+        h.closedLoop(
+          64,
+          s,
+          (loop) => {
+            const l = singles[loop % singles.length]!;
+            return post(pool, "/v1/topics/bench-idem-1/messages", h.payload, { "narad-producer-id": l.id, "narad-sequence": String(l.next++) }, 1);
+          },
+          pid,
+        ),
       ),
   ))!;
-  h.row("idempotent produce, 1 msg/request, 64 in flight, 1 partition (msgs/s)", h.fmt(idem!.perS), `plain ${h.fmt(plain!.perS)}`, idem!.perS / plain!.perS, ">= 0.8x plain");
+  h.row(`idempotent produce, 1 msg/request, 64 in flight, 1 partition (msgs/s; ${h.perMsg(idem!)})`, h.fmt(idem!.perS), `plain ${h.fmt(plain!.perS)} (${h.perMsg(plain!)})`, idem!.perS / plain!.perS, ">= 0.8x plain");
 
   await h.createTopic("bench-idem-plain-batch", 3);
   await h.createTopic("bench-idem-batch", 3);

@@ -114,6 +114,33 @@ export function defineIdempotentSuite(name: string, deploy: Deploy): void {
       assert.equal(c.get("r-1"), 1);
     });
 
+    test("single sends, one a request, are found again after a kill -9 of their owner: every re-send is a duplicate at its first place", async () => {
+      // On one node every send after the first takes the single produce's direct path (the
+      // window is built by then): what it stored must be in the log with its producer and sequence.
+      await createTopic(url(0), "singles");
+      const id = await mint(url(0));
+      const firsts: Answer[] = [];
+      for (let seq = 0; seq < 20; seq++) {
+        const a = await send(url(seq), "singles", id, seq, `s-${seq}`);
+        assert.equal(a.status, 202, JSON.stringify(a.body));
+        assert.equal(a.duplicate, false);
+        firsts.push(a);
+      }
+      assert.equal(new Set(firsts.map((a) => a.body.partition)).size, 1, "sequences of one run share a partition");
+      const owner = await d.owner("singles", firsts[0]!.body.partition!);
+      await owner.kill();
+      await owner.start();
+      for (let seq = 0; seq < 20; seq++) {
+        const again = await send(url(seq + 1), "singles", id, seq, `s-${seq}`);
+        assert.equal(again.duplicate, true, `sequence ${seq}: ${JSON.stringify(again.body)}`);
+        assert.deepEqual(again.body, { partition: firsts[seq]!.body.partition, offset: firsts[seq]!.body.offset, duplicate: true });
+      }
+      const next = await send(url(0), "singles", id, 20, "s-20");
+      assert.equal(next.duplicate, false);
+      const c = counts(await stored(url(0), "singles"));
+      for (let seq = 0; seq <= 20; seq++) assert.equal(c.get(`s-${seq}`), 1, `s-${seq} stored once`);
+    });
+
     test("a batch re-sent in part stores only the new messages, and re-sent whole stores nothing", async () => {
       await createTopic(url(0), "batch");
       const id = await mint(url(1));

@@ -147,7 +147,7 @@ export interface JoinedCommit {
  * Hears how a produceOne ended: the stored place once durable, or the error (a NaradError of the
  * error table). It must not throw: it runs in the commit's promise reaction.
  */
-export type ProduceOneDone = (err: unknown, r?: { partition: number; offset: number }) => void;
+export type ProduceOneDone = (err: unknown, r?: { partition: number; offset: number; duplicate?: true }) => void;
 
 export interface ProduceItem {
   key: string | null;

@@ -67,7 +67,7 @@ import { BrokerMetrics, SETTLE_ACTIONS, SETTLE_RESULTS, type PathCounts } from "
 import { Housekeeping } from "./housekeeping.js";
 import { errnoOf, NodeTopics } from "./node-topics.js";
 import { PartitionOpener } from "./partition-opener.js";
-import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type WindowLimits } from "./producers.js";
+import { DEDUPE_ENTRIES_MAX_DEFAULT, DEDUPE_WINDOW_MS_DEFAULT, DedupeWindows, idempotentGroups, idempotentPartition, producerAttrs, WINDOW_SEQUENCES_DEFAULT, type IdempotentItem, type ProducerRef, type WindowLimits } from "./producers.js";
 
 export type { ReplicatedParts } from "./partition-opener.js";
 import type { Partition, Taken } from "./partition.js";
@@ -530,8 +530,7 @@ export class Broker {
     this.assertOpen();
     const t = this.topic(topicName);
     const bytes = payload.length + (key?.length ?? 0) + MESSAGE_OVERHEAD_BYTES;
-    const overloaded = this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0;
-    if (overloaded && !this.faults.storesWhenOverloaded()) throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
+    const overloaded = this.singleOverloaded(bytes);
     const n = t.partitions.length;
     const p = key === null ? t.unkeyed.next(n, 1, payload.length) : keyPartition(key, n);
     const part = t.partitions[p];
@@ -540,9 +539,75 @@ export class Broker {
       return;
     }
     const { baseOffset, durable } = part.log.append([{ key: key === null ? null : Buffer.from(key, "utf8"), payload }], this.opts.clock.nowMs());
-    // What follows the fsync is done once per commit (the log's one promise a commit), not per
-    // message: its bytes leave the pending count, its time and messages are counted, long polls
-    // and copiers are woken. Registered first, it runs before the answers.
+    this.joinCommit(t, p, durable, bytes);
+    durable.then(
+      () => done(null, { partition: p, offset: baseOffset }),
+      (e: unknown) => done(this.appendFailed(t, [p], e)),
+    );
+  }
+
+  /**
+   * One idempotent message on the single node, without an await: produceOne's path, for the
+   * usual case of a (producer, sequence) its partition's built window has never seen. It is
+   * reserved (a re-send meanwhile waits for it), appended with its producer attribute, and
+   * recorded in the window once durable, as DedupeWindows.produce does. Every other case (a
+   * duplicate, a send of it in flight, a sequence below the window, a window not built yet, a
+   * stopped log, overload) goes through produce(), which answers it.
+   */
+  produceOneIdempotent(topicName: string, key: string | null, payload: Buffer, producer: ProducerRef, done: ProduceOneDone): void {
+    this.assertOpen();
+    const t = this.topic(topicName);
+    const bytes = payload.length + (key?.length ?? 0) + MESSAGE_OVERHEAD_BYTES;
+    const overloaded = this.singleOverloaded(bytes);
+    const n = t.partitions.length;
+    const p = key === null ? idempotentPartition(producer.id, producer.sequence, n) : keyPartition(key, n);
+    const part = t.partitions[p];
+    const w = part === undefined ? undefined : this.dedupe.builtWindow(part);
+    const now = this.opts.clock.nowMs();
+    if (overloaded || part === undefined || part.log.failed !== null || w === undefined || w.lookup(producer.id, producer.sequence, now).kind !== "new") {
+      this.produce(topicName, [{ key, payload, producer }]).then((r) => done(null, r[0]!), (e: unknown) => done(e));
+      return;
+    }
+    // Appended first (a throw leaves nothing reserved), reserved before anything can run: a
+    // re-send meanwhile finds the reservation and waits for `until`, which settles once the
+    // window holds the outcome (it never rejects).
+    const { baseOffset, durable } = part.log.append([{ key: key === null ? null : Buffer.from(key, "utf8"), payload, attrs: producerAttrs(producer) }], now);
+    this.joinCommit(t, p, durable, bytes);
+    const until: Promise<void> = durable.then(
+      () => {
+        w.add(producer.id, producer.sequence, baseOffset, now);
+        w.release(producer.id, until);
+        done(null, { partition: p, offset: baseOffset });
+      },
+      (e: unknown) => {
+        // A record its log still holds (the append did not stop it) may yet become visible: it
+        // stays in the window, so a re-send is never stored beside it (DedupeWindows.appendFresh).
+        if (part.log.failed === null) w.add(producer.id, producer.sequence, baseOffset, now);
+        w.release(producer.id, until);
+        done(this.appendFailed(t, [p], e));
+      },
+    );
+    w.reserve(producer.id, producer.sequence, 1, until);
+  }
+
+  /**
+   * Whether a single produce of `bytes` finds the bytes waiting for fsync at their limit: thrown as
+   * 429 overloaded, unless a seeded fault stores it anyway (then true: it takes produce(), which
+   * stores it and answers 429).
+   */
+  private singleOverloaded(bytes: number): boolean {
+    const overloaded = this.pendingSyncBytes + bytes > this.opts.pendingSyncBytesMax && this.pendingSyncBytes > 0;
+    if (overloaded && !this.faults.storesWhenOverloaded()) throw new NaradError("overloaded", undefined, { retryAfterS: 1 });
+    return overloaded;
+  }
+
+  /**
+   * A single produce's place in its partition's commit. What follows the fsync is done once per
+   * commit (the log's one promise a commit), not per message: its bytes leave the pending count,
+   * its time and messages are counted, long polls and copiers are woken. Registered before the
+   * answers, it runs before them.
+   */
+  private joinCommit(t: Topic, p: number, durable: Promise<void>, bytes: number): void {
     let j = t.joining[p];
     if (j === undefined || j.durable !== durable) {
       const joined: JoinedCommit = { durable, messages: 0, bytes: 0, startedMono: this.opts.clock.monoMs() };
@@ -552,10 +617,6 @@ export class Broker {
     j.messages++;
     j.bytes += bytes;
     this.pendingSyncBytes += bytes;
-    durable.then(
-      () => done(null, { partition: p, offset: baseOffset }),
-      (e: unknown) => done(this.appendFailed(t, [p], e)),
-    );
   }
 
   /** A commit that single produces joined is durable: what appendGroups does after its fsync, once for them all. */

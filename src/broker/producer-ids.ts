@@ -40,6 +40,8 @@ export interface ProducerIdsApi {
   mint(): Promise<string>;
   /** NaradError unknown_producer when the id is unknown or expired. */
   use(id: string): Promise<void>;
+  /** True when use(id) would return at once (a live id checked within the touch interval); false: call use. */
+  usedRecently(id: string): boolean;
 }
 
 export class ProducerIds implements ProducerIdsApi {
@@ -60,6 +62,11 @@ export class ProducerIds implements ProducerIdsApi {
     await this.store.insert(id, this.clock.nowMs());
     this.remember(id);
     return id;
+  }
+
+  usedRecently(id: string): boolean {
+    const at = this.checked.get(id);
+    return at !== undefined && this.clock.monoMs() - at < this.touchMs;
   }
 
   async use(id: string): Promise<void> {

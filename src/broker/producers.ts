@@ -82,6 +82,7 @@ export interface ProducerRef {
  * sequences share one and batches stay whole (docs/api.md states it).
  */
 export function idempotentPartition(producerId: string, sequence: number, partitions: number): number {
+  if (partitions === 1) return 0;
   const b = Buffer.allocUnsafe(PRODUCER_ID_BYTES + 8);
   b.write(producerId, 0, PRODUCER_ID_BYTES, "hex");
   const run = Math.floor(sequence / SEQUENCE_RUN);
@@ -305,6 +306,8 @@ class ProducerState {
 }
 
 export type Lookup = { kind: "new" } | { kind: "stored"; offset: number } | { kind: "wait"; until: Promise<void> } | { kind: "old"; floor: number };
+/** The lookup of a sequence not seen: one object for all. */
+const NEW: Lookup = Object.freeze({ kind: "new" });
 
 /** Counts shared by every window of a node (the entriesMax bound, the metrics). */
 export class WindowTotals {
@@ -346,12 +349,12 @@ export class DedupeWindow {
   lookup(id: string, sequence: number, nowMs: number): Lookup {
     this.expire(nowMs);
     const s = this.producers.get(id);
-    if (s === undefined) return { kind: "new" };
+    if (s === undefined) return NEW;
     const offset = s.offsetOf(sequence);
     if (offset !== undefined) return { kind: "stored", offset };
     for (const r of s.pending) if (sequence >= r.from && sequence < r.to) return { kind: "wait", until: r.until };
     if (sequence < s.floor) return { kind: "old", floor: s.floor };
-    return { kind: "new" };
+    return NEW;
   }
 
   /**
@@ -644,6 +647,11 @@ export class DedupeWindows {
     this.windows.delete(p);
     this.built.delete(p);
     void w.then((x) => x.clear(), () => undefined);
+  }
+
+  /** The partition's window once built, else undefined (produce() builds it). */
+  builtWindow(p: WindowPartition): DedupeWindow | undefined {
+    return this.built.get(p);
   }
 
   private windowOf(p: WindowPartition, topic: string): Promise<DedupeWindow> {

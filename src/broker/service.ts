@@ -10,6 +10,7 @@ import type { ChildJson, CreateTopicRequest, TopicStatsJson, UpdateTopicRequest 
 import { NaradError } from "../protocol/errors.js";
 import type { Broker, Delivery, ProduceItem, ProduceOneDone, ReplayResult, SettleAction, SettleStatus } from "./broker.js";
 import type { ChildLink } from "./children.js";
+import type { ProducerRef } from "./producers.js";
 import type { BrokerMetrics } from "./metrics.js";
 import type { TopicInfo, TopicOwner } from "./topic.js";
 
@@ -46,6 +47,8 @@ export interface DirectProduce {
   assertTopic(name: string): void;
   /** What produce() would refuse before storing is thrown; `done` hears the rest. */
   produceOne(topic: string, key: string | null, payload: Buffer, done: ProduceOneDone): void;
+  /** produceOne for an idempotent message (its producer id known live); a duplicate's answer comes through produce(). */
+  produceOneIdempotent(topic: string, key: string | null, payload: Buffer, producer: ProducerRef, done: ProduceOneDone): void;
 }
 
 /** The single node's synchronous consume and settle of one message (Broker.consumeOne, settleOne). */

@@ -174,6 +174,7 @@ const unparsedQuery = (): Record<string, string> => NO_QUERY;
 const NO_PRODUCERS: ProducerIdsApi = {
   mint: () => Promise.reject(new NaradError("not_found", "This server keeps no producer ids.")),
   use: () => Promise.reject(new NaradError("unknown_producer")),
+  usedRecently: () => false,
 };
 
 export function createHttpServer(opts: HttpOptions): NaradHttpServer {

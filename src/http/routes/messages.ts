@@ -20,8 +20,8 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
   on("POST", "/v1/producers", "user", async (_req, res) => {
     sendJson(res, 201, { producer_id: await producers.mint() });
   });
-  /** An idempotent produce's producer and first sequence, checked, or null when it is not one. */
-  const idempotence = async (req: IncomingMessage): Promise<{ id: string; sequence: number } | null> => {
+  /** An idempotent produce's producer and first sequence as its headers give them, checked (not the id's life), or null when it is not one. */
+  const idempotenceHeaders = (req: IncomingMessage): { id: string; sequence: number } | null => {
     const idh = req.headers[HEADERS.producerId];
     const seqh = req.headers[HEADERS.sequence];
     if (idh === undefined && seqh === undefined) return null;
@@ -31,9 +31,13 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     if (!/^(0|[1-9][0-9]{0,15})$/.test(seqh) || !Number.isSafeInteger(Number(seqh))) {
       throw new NaradError("invalid_argument", "Narad-Sequence is an integer N with 0 <= N < 2^53, in decimal digits.");
     }
-    const id = idh.toLowerCase();
-    await producers.use(id);
-    return { id, sequence: Number(seqh) };
+    return { id: idh.toLowerCase(), sequence: Number(seqh) };
+  };
+  /** idempotenceHeaders, and the id known live (400 unknown_producer otherwise). */
+  const idempotence = async (req: IncomingMessage): Promise<{ id: string; sequence: number } | null> => {
+    const idem = idempotenceHeaders(req);
+    if (idem !== null) await producers.use(idem.id);
+    return idem;
   };
   const numbered = (items: ProduceItem[], idem: { id: string; sequence: number }): ProduceItem[] => {
     if (idem.sequence + items.length - 1 > Number.MAX_SAFE_INTEGER) {
@@ -67,18 +71,22 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
     const key = q.get("key");
     const direct = svc.direct;
     const h = req.headers;
-    if (direct === undefined || q.has("delay_ms") || h[HEADERS.messageHeaders] !== undefined || h[HEADERS.producerId] !== undefined || h[HEADERS.sequence] !== undefined) {
+    if (direct === undefined || q.has("delay_ms") || h[HEADERS.messageHeaders] !== undefined) {
       return produceRouted(req, res, topic, key, q, ctx);
     }
-    // A plain message on the single node: one promise for the request, no await per step
-    // (issue 17). The same checks in the same order as produceRouted, the same answers.
+    // A plain or idempotent message on the single node: one promise for the request, no await
+    // per step (issue 17). The same checks in the same order as produceRouted, the same answers.
     direct.assertTopic(topic); // 404 before reading a body for a topic that does not exist
     checkKey(key);
+    const idem = idempotenceHeaders(req);
+    // An id not checked within the touch interval is checked (and its use recorded) by produceRouted.
+    if (idem !== null && !producers.usedRecently(idem.id)) return produceRouted(req, res, topic, key, q, ctx);
     return new Promise<void>((resolve, reject) => {
       readBodyThen(req, LIMITS.messageBytesMax, "payload_too_large", (err, chunks) => {
         if (err !== null) return reject(err);
         try {
-          direct.produceOne(topic, key, chunks!.length === 1 ? chunks![0]! : Buffer.concat(chunks!), (e, r) => {
+          const payload = chunks!.length === 1 ? chunks![0]! : Buffer.concat(chunks!);
+          const answer = (e: unknown, r?: Produced) => {
             if (e !== null) return reject(e);
             try {
               produced(req, res, r!);
@@ -86,7 +94,9 @@ export function messageRoutes({ on, svc, nodeId, bootId }: RouteDeps, producers:
             } catch (x) {
               reject(x);
             }
-          });
+          };
+          if (idem === null) direct.produceOne(topic, key, payload, answer);
+          else direct.produceOneIdempotent(topic, key, payload, idem, answer);
         } catch (e) {
           reject(e);
         }
