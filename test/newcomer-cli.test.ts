@@ -2,7 +2,7 @@
 // what broke: a stack trace when piped into head, a pino stack trace for a bad log level, usage
 // errors exiting 1 or 2 depending on the command, a 401 that did not say how to log in.
 
-import { after, before, describe, it } from "node:test";
+import { before, describe, it } from "node:test";
 import { nodeForSuite } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";

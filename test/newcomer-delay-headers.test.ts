@@ -3,7 +3,7 @@
 // 4), so both survive a restart; their limits are in the error table (invalid_headers,
 // invalid_delay). Neither existed.
 
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { nodeForSuite, refusal } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { Narad } from "../src/client/index.js";

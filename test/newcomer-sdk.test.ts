@@ -2,7 +2,7 @@
 // new user met, each named after what broke. Item 1: an oversized produce, a definite refusal,
 // was reported as ambiguous about half the time. Item 5: process() and the constructor.
 
-import { after, before, describe, it } from "node:test";
+import { before, describe, it } from "node:test";
 import { deadPort, nodeForSuite, refusal } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { connect } from "node:net";

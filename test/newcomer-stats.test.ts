@@ -2,7 +2,7 @@
 // in-flight count and oldest unacked age in GET /v1/topics/{t} and `narad topic describe`, per
 // partition and in all; POST /v1/topics/{t}/purge (admin or the topic's owner), durable.
 
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { nodeForSuite } from "./support/suite-node.js";
 import assert from "node:assert/strict";
 import { Narad, NaradGoneError, NaradRequestError } from "../src/client/index.js";

@@ -8,7 +8,7 @@
 // wrapper of the storage interface the broker is handed (AckLog, PartitionLog, the copy cursors),
 // and the others are the hooks of BrokerFaults, which a production broker leaves at NO_FAULTS.
 
-import type { AckLog, AppendInput, PartitionLog, StoredRecord } from "../storage/types.js";
+import type { AppendInput, PartitionLog, StoredRecord } from "../storage/types.js";
 import { ForwardingAckLog } from "../storage/forwarding-ack-log.js";
 import type { SettleAction } from "./broker.js";
 import type { CopyCursors } from "./children.js";

@@ -22,7 +22,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import http from "node:http";
-import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { readyLineScanner, type ReadyLine } from "../../protocol/ready-line.js";
