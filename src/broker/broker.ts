@@ -548,11 +548,10 @@ export class Broker {
 
   /**
    * One idempotent message on the single node, without an await: produceOne's path, for the
-   * usual case of a (producer, sequence) its partition's built window has never seen. It is
-   * reserved (a re-send meanwhile waits for it), appended with its producer attribute, and
-   * recorded in the window once durable, as DedupeWindows.produce does. Every other case (a
-   * duplicate, a send of it in flight, a sequence below the window, a window not built yet, a
-   * stopped log, overload) goes through produce(), which answers it.
+   * usual case of a (producer, sequence) its partition's built window has never seen, which the
+   * window reserves while the message is appended with its producer attribute
+   * (DedupeWindows.appendOne). Every other case (a duplicate, a send of it in flight, a sequence
+   * below the window, a window not built yet, a stopped log, overload) goes through produce().
    */
   produceOneIdempotent(topicName: string, key: string | null, payload: Buffer, producer: ProducerRef, done: ProduceOneDone): void {
     this.assertOpen();
@@ -562,32 +561,23 @@ export class Broker {
     const n = t.partitions.length;
     const p = key === null ? idempotentPartition(producer.id, producer.sequence, n) : keyPartition(key, n);
     const part = t.partitions[p];
-    const w = part === undefined ? undefined : this.dedupe.builtWindow(part);
     const now = this.opts.clock.nowMs();
-    if (overloaded || part === undefined || part.log.failed !== null || w === undefined || w.lookup(producer.id, producer.sequence, now).kind !== "new") {
+    const placed =
+      overloaded || part === undefined || part.log.failed !== null
+        ? null
+        : this.dedupe.appendOne(part, producer, now, () => {
+            const r = part.log.append([{ key: key === null ? null : Buffer.from(key, "utf8"), payload, attrs: producerAttrs(producer) }], now);
+            this.joinCommit(t, p, r.durable, bytes);
+            return r;
+          });
+    if (placed === null) {
       this.produce(topicName, [{ key, payload, producer }]).then((r) => done(null, r[0]!), (e: unknown) => done(e));
       return;
     }
-    // Appended first (a throw leaves nothing reserved), reserved before anything can run: a
-    // re-send meanwhile finds the reservation and waits for `until`, which settles once the
-    // window holds the outcome (it never rejects).
-    const { baseOffset, durable } = part.log.append([{ key: key === null ? null : Buffer.from(key, "utf8"), payload, attrs: producerAttrs(producer) }], now);
-    this.joinCommit(t, p, durable, bytes);
-    const until: Promise<void> = durable.then(
-      () => {
-        w.add(producer.id, producer.sequence, baseOffset, now);
-        w.release(producer.id, until);
-        done(null, { partition: p, offset: baseOffset });
-      },
-      (e: unknown) => {
-        // A record its log still holds (the append did not stop it) may yet become visible: it
-        // stays in the window, so a re-send is never stored beside it (DedupeWindows.appendFresh).
-        if (part.log.failed === null) w.add(producer.id, producer.sequence, baseOffset, now);
-        w.release(producer.id, until);
-        done(this.appendFailed(t, [p], e));
-      },
+    placed.durable.then(
+      () => done(null, { partition: p, offset: placed.baseOffset }),
+      (e: unknown) => done(this.appendFailed(t, [p], e)),
     );
-    w.reserve(producer.id, producer.sequence, 1, until);
   }
 
   /**

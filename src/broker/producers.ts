@@ -649,9 +649,34 @@ export class DedupeWindows {
     void w.then((x) => x.clear(), () => undefined);
   }
 
-  /** The partition's window once built, else undefined (produce() builds it). */
-  builtWindow(p: WindowPartition): DedupeWindow | undefined {
-    return this.built.get(p);
+  /**
+   * One idempotent message without an await (Broker.produceOneIdempotent): when `p`'s window is
+   * built and the sequence is new there, appends it through `append` (which must not await) and
+   * reserves the sequence until the append's outcome is in the window, as appendFresh does for a
+   * request; returns what `append` returned. Otherwise does nothing and returns null: produce()
+   * answers it (a duplicate, a send of it in flight, a sequence below the window, no window yet).
+   */
+  appendOne(p: WindowPartition, producer: ProducerRef, nowMs: number, append: () => { baseOffset: number; durable: Promise<void> }): { baseOffset: number; durable: Promise<void> } | null {
+    const w = this.built.get(p);
+    if (w === undefined || w.lookup(producer.id, producer.sequence, nowMs).kind !== "new") return null;
+    // Appended first (a throw leaves nothing reserved), reserved before anything else can run: a
+    // re-send meanwhile finds the reservation and waits for `until`, which never rejects.
+    const placed = append();
+    const record = () => w.add(producer.id, producer.sequence, placed.baseOffset, nowMs);
+    const until: Promise<void> = placed.durable.then(
+      () => {
+        record();
+        w.release(producer.id, until);
+      },
+      () => {
+        // A record its log still holds (the append did not stop it) may yet become visible: it
+        // stays in the window, so a re-send is never stored beside it (as in appendFresh).
+        if (p.log.failed === null) record();
+        w.release(producer.id, until);
+      },
+    );
+    w.reserve(producer.id, producer.sequence, 1, until);
+    return placed;
   }
 
   private windowOf(p: WindowPartition, topic: string): Promise<DedupeWindow> {
